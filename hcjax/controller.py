@@ -1,0 +1,125 @@
+"""HyperController (Algorithm 1 of the paper), pure JAX.
+
+For each hyperparameter i (independently), each context c (the last s arms chosen for
+i, encoded in base d, d^s contexts) and each arm a, a ridge model predicts the next
+objective from the last s objectives Xi = (X_{t-s}, ..., X_{t-1}):
+
+    V[i, c, a] = ridge I + sum Xi Xi^T    (s, s)
+    B[i, c, a] = sum X Xi                  (s,)
+    G[i, c, a] = V^-1 B                    (s,)
+
+ask: a_i = argmax_a G[i, c_i, a] . Xi (+ beta ||Xi||_{V^-1}, optional), ties broken
+uniformly at random; uniform arms while fewer than s objectives were learned from.
+tell: update the model (i, c_i, a_i) that made the prediction, then shift Xi and c_i.
+Cost: ask O(h d s) (+ O(h d s^3) with beta > 0), tell O(h s^3); no loops over arms.
+
+Invalid objectives (non-finite, or |X| > MAX_ABS_OBJECTIVE) are ignored entirely: the
+models, the window Xi, the contexts and t are left unchanged and `n_invalid` counts
+them, so the controller behaves as if that iteration had not happened.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from hcjax.space import Space
+from hcjax.tuner import Tuner, check_float, check_int, register, valid_objective
+
+
+@struct.dataclass
+class ControllerState:
+    """V: (h, d^s, d, s, s); B, G: (h, d^s, d, s); history: (h, s) int32 last s arms,
+    oldest first; window: (s,) last s objectives, oldest first; arms: (h,) int32 arms in
+    effect; t: int32 objectives learned from; n_invalid: int32 objectives ignored."""
+
+    V: jax.Array
+    B: jax.Array
+    G: jax.Array
+    history: jax.Array
+    window: jax.Array
+    arms: jax.Array
+    t: jax.Array
+    n_invalid: jax.Array
+
+
+def context_index(history: jax.Array, d: int) -> jax.Array:
+    """(h, s) arms, oldest first -> (h,) int32 context index sum_k a_k d^(s-1-k)."""
+    s = history.shape[-1]
+    weights = jnp.asarray(d ** np.arange(s - 1, -1, -1), jnp.int32)
+    return jnp.sum(history * weights, axis=-1).astype(jnp.int32)
+
+
+def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
+    """(..., d) scores -> (...,) int32 argmax, uniform among exactly tied maxima."""
+    best = scores == jnp.max(scores, axis=-1, keepdims=True)
+    noise = jax.random.uniform(key, scores.shape)
+    return jnp.argmax(jnp.where(best, noise, -1.0), axis=-1).astype(jnp.int32)
+
+
+@register("hypercontroller")
+def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0) -> Tuner:
+    """HyperController over `space` with d arms per hyperparameter, memory s, ridge
+    lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm)."""
+    d = check_int("hypercontroller.d", d, 2)
+    s = check_int("hypercontroller.s", s, 1, 3)
+    ridge = check_float("hypercontroller.ridge", ridge, 0.0, low_open=True)
+    beta = check_float("hypercontroller.beta", beta, 0.0)
+    h = space.h
+    n_ctx = d ** s
+    grid = jnp.asarray(space.grid(d))  # (h, d)
+    rows = jnp.arange(h)
+
+    def init(key):
+        eye = ridge * jnp.eye(s, dtype=jnp.float32)
+        return ControllerState(
+            V=jnp.broadcast_to(eye, (h, n_ctx, d, s, s)),
+            B=jnp.zeros((h, n_ctx, d, s), jnp.float32),
+            G=jnp.zeros((h, n_ctx, d, s), jnp.float32),
+            history=jnp.zeros((h, s), jnp.int32),
+            window=jnp.zeros((s,), jnp.float32),
+            arms=jax.random.randint(key, (h,), 0, d, jnp.int32),
+            t=jnp.zeros((), jnp.int32),
+            n_invalid=jnp.zeros((), jnp.int32),
+        )
+
+    def predictions(state):
+        """(h, d): the score of every arm of every hyperparameter in the current context."""
+        ctx = context_index(state.history, d)
+        scores = jnp.einsum("has,s->ha", state.G[rows, ctx], state.window)
+        if beta > 0.0:
+            V = state.V[rows, ctx]  # (h, d, s, s)
+            rhs = jnp.broadcast_to(state.window[:, None], (h, d, s, 1))
+            w = jnp.linalg.solve(V, rhs)[..., 0]
+            scores = scores + beta * jnp.sqrt(jnp.maximum(jnp.einsum("has,s->ha", w, state.window), 0.0))
+        return jnp.where(state.t >= s, scores, 0.0)
+
+    def ask(state, key):
+        arms = break_ties(key, predictions(state))
+        return state.replace(arms=arms), grid[rows, arms]
+
+    def tell(state, objective):
+        x = jnp.asarray(objective, jnp.float32)
+        valid = valid_objective(x)
+        x = jnp.where(valid, x, 0.0)
+        idx = (rows, context_index(state.history, d), state.arms)
+        xi = state.window
+        V_old, B_old, G_old = state.V[idx], state.B[idx], state.G[idx]  # (h, s, s), (h, s), (h, s)
+        V_new = V_old + jnp.outer(xi, xi)
+        B_new = B_old + x * xi
+        G_new = jnp.linalg.solve(V_new, B_new[..., None])[..., 0]
+        learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(G_new)) & jnp.all(jnp.isfinite(V_new))
+        # Only the h selected models are touched: O(h s^3), never a pass over all models.
+        return state.replace(
+            V=state.V.at[idx].set(jnp.where(learn, V_new, V_old)),
+            B=state.B.at[idx].set(jnp.where(learn, B_new, B_old)),
+            G=state.G.at[idx].set(jnp.where(learn, G_new, G_old)),
+            window=jnp.where(valid, jnp.concatenate([xi[1:], x[None]]), xi),
+            history=jnp.where(valid, jnp.concatenate([state.history[:, 1:], state.arms[:, None]], axis=1),
+                              state.history),
+            t=state.t + valid.astype(jnp.int32),
+            n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
+        )
+
+    return Tuner("hypercontroller", space, init, ask, tell)

@@ -1,0 +1,167 @@
+"""Hyperparameter spaces: bounds, scales, grids of arms, and the [0, 1] encoding.
+
+A `Space` of h `Hyperparameter`s is static configuration (plain Python, never traced).
+Its array-valued methods (`encode`, `decode`, `clip`, `snap`) are pure jnp functions
+that work under `jit` and `vmap`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+SCALES = ("linear", "log")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameter:
+    """One tuned hyperparameter.
+
+    name: unique name; low < high: inclusive bounds in natural units;
+    scale: "linear" or "log" (log needs low > 0); integer: values are rounded;
+    default: the value used by the `fixed` tuner (None: the middle of the scale).
+    """
+
+    name: str
+    low: float
+    high: float
+    scale: str = "linear"
+    integer: bool = False
+    default: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Hyperparameter.name must be a non-empty string, got {self.name!r}")
+        for field in ("low", "high"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"Hyperparameter {self.name!r}: {field} must be a finite number, got {value!r}")
+        if not self.low < self.high:
+            raise ValueError(f"Hyperparameter {self.name!r}: low must be < high, got low={self.low}, high={self.high}")
+        if self.scale not in SCALES:
+            raise ValueError(f"Hyperparameter {self.name!r}: scale must be one of {SCALES}, got {self.scale!r}")
+        if self.scale == "log" and self.low <= 0:
+            raise ValueError(f"Hyperparameter {self.name!r}: scale='log' needs low > 0, got low={self.low}")
+        if self.integer and math.ceil(self.low) > math.floor(self.high):
+            raise ValueError(f"Hyperparameter {self.name!r}: integer=True needs an integer in [low, high]")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise ValueError(
+                f"Hyperparameter {self.name!r}: default must lie in [low, high] = [{self.low}, {self.high}], "
+                f"got {self.default}")
+
+    @property
+    def default_value(self) -> float:
+        """The `default`, or the middle of the scale (geometric mean for log)."""
+        if self.default is not None:
+            return float(self.default)
+        if self.scale == "log":
+            value = math.sqrt(self.low * self.high)
+        else:
+            value = 0.5 * (self.low + self.high)
+        return float(round(value)) if self.integer else value
+
+
+class Space:
+    """An ordered set of h hyperparameters; values are (h,) arrays in this order."""
+
+    def __init__(self, hyperparameters: Iterable[Hyperparameter]):
+        params = tuple(hyperparameters)
+        if not params:
+            raise ValueError("Space.hyperparameters must not be empty")
+        for p in params:
+            if not isinstance(p, Hyperparameter):
+                raise ValueError(f"Space.hyperparameters must be Hyperparameter objects, got {type(p).__name__}")
+        names = [p.name for p in params]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"Space.hyperparameters: duplicate names {duplicates}")
+        self.hyperparameters = params
+        self.names = tuple(names)
+        self.h = len(params)
+        self.low = np.array([p.low for p in params], np.float32)
+        self.high = np.array([p.high for p in params], np.float32)
+        self.is_log = np.array([p.scale == "log" for p in params])
+        self.is_integer = np.array([p.integer for p in params])
+        self.default = np.array([p.default_value for p in params], np.float32)
+        # Bounds in the transformed (log or linear) coordinates, as float64 for accuracy.
+        self._lo = np.where(self.is_log, np.log(np.maximum(self.low, 1e-300)), self.low).astype(np.float64)
+        self._hi = np.where(self.is_log, np.log(np.maximum(self.high, 1e-300)), self.high).astype(np.float64)
+
+    def __repr__(self):
+        return f"Space({list(self.hyperparameters)})"
+
+    def __len__(self):
+        return self.h
+
+    def grid(self, d: int) -> np.ndarray:
+        """(h, d) float32: the d arms of each hyperparameter, evenly spaced on its scale.
+
+        Integer hyperparameters are rounded; when d exceeds the number of integers in
+        range some arms repeat a value, which is harmless (they are distinct arms with
+        equal values).
+        """
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 2:
+            raise ValueError(f"grid: d must be an integer >= 2, got {d!r}")
+        u = np.linspace(0.0, 1.0, int(d))
+        return np.asarray(self._decode_np(np.broadcast_to(u, (self.h, int(d))).T).T, np.float32)
+
+    def _decode_np(self, u: np.ndarray) -> np.ndarray:
+        x = self._lo + u * (self._hi - self._lo)
+        x = np.where(self.is_log, np.exp(np.where(self.is_log, x, 0.0)), x)
+        x = np.where(self.is_integer, np.round(x), x)
+        return np.clip(x.astype(np.float32), self.low, self.high)
+
+    def decode(self, unit: jnp.ndarray) -> jnp.ndarray:
+        """(..., h) in [0, 1] -> (..., h) natural units inside bounds (rounded for integers)."""
+        u = jnp.clip(jnp.asarray(unit, jnp.float32), 0.0, 1.0)
+        lo, hi = jnp.asarray(self._lo, jnp.float32), jnp.asarray(self._hi, jnp.float32)
+        x = lo + u * (hi - lo)
+        x = jnp.where(self.is_log, jnp.exp(x), x)
+        return self.clip(x)
+
+    def encode(self, values: jnp.ndarray) -> jnp.ndarray:
+        """(..., h) natural units -> (..., h) in [0, 1] (inverse of `decode` up to rounding)."""
+        x = jnp.asarray(values, jnp.float32)
+        x = jnp.where(self.is_log, jnp.log(jnp.maximum(x, jnp.asarray(self.low))), x)
+        lo, hi = jnp.asarray(self._lo, jnp.float32), jnp.asarray(self._hi, jnp.float32)
+        return jnp.clip((x - lo) / (hi - lo), 0.0, 1.0)
+
+    def clip(self, values: jnp.ndarray) -> jnp.ndarray:
+        """(..., h): round integer hyperparameters and clip every value into its bounds."""
+        x = jnp.where(self.is_integer, jnp.round(values), values)
+        return jnp.clip(x, self.low, self.high)
+
+    def snap(self, values: jnp.ndarray, d: int) -> jnp.ndarray:
+        """(..., h) natural units -> (..., h) int32 index of the nearest of the d arms (in [0,1] units)."""
+        arms = jnp.asarray(np.asarray(self.encode(self.grid(d).T)).T)  # (h, d) in [0, 1]
+        u = self.encode(values)[..., None]  # (..., h, 1)
+        return jnp.argmin(jnp.abs(u - arms), axis=-1).astype(jnp.int32)
+
+    def names_to_values(self, values: Sequence[float] | np.ndarray) -> dict:
+        """(h,) values -> {name: float}, for logs and tables."""
+        return {n: float(v) for n, v in zip(self.names, np.asarray(values))}
+
+
+def unit_space(h: int) -> Space:
+    """h linear hyperparameters on [0, 1], named x0..x{h-1}: the space of synthetic problems."""
+    if not isinstance(h, int) or h < 1:
+        raise ValueError(f"unit_space: h must be an integer >= 1, got {h!r}")
+    return Space(Hyperparameter(f"x{i}", 0.0, 1.0) for i in range(h))
+
+
+def ppo_space(batch_size: tuple[int, int] = (1000, 6000)) -> Space:
+    """The paper's four PPO hyperparameters with the reference code's ranges.
+
+    Learning rate on a log scale (the reference used a linear grid; log is what users expect).
+    Defaults are the reference PPO's: lr 3e-4, clip 0.2, GAE lambda 0.95, batch size low end.
+    """
+    return Space([
+        Hyperparameter("learning_rate", 1e-5, 1e-3, "log", default=3e-4),
+        Hyperparameter("clip_eps", 0.1, 0.5, default=0.2),
+        Hyperparameter("gae_lambda", 0.9, 1.0, default=0.95),
+        Hyperparameter("batch_size", float(batch_size[0]), float(batch_size[1]), integer=True,
+                       default=float(batch_size[0])),
+    ])

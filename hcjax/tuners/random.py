@@ -1,0 +1,28 @@
+"""`random`: a fresh uniform sample at every `ask` (Bergstra & Bengio's random search,
+run online). Uniform in [0, 1] per hyperparameter, decoded: log-uniform on log scales,
+rounded on integer ones."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from hcjax.space import Space
+from hcjax.tuner import Tuner, register
+from hcjax.tuners.fixed import ConstantState, count_invalid
+
+
+def sample(space: Space, key: jax.Array) -> jax.Array:
+    """(h,) one uniform random configuration in natural units."""
+    return space.decode(jax.random.uniform(key, (space.h,)))
+
+
+@register("random")
+def random(space: Space) -> Tuner:
+    def init(key):
+        return ConstantState(values=sample(space, key), n_invalid=jnp.zeros((), jnp.int32))
+
+    def ask(state, key):
+        values = sample(space, key)
+        return state.replace(values=values), values
+
+    return Tuner("random", space, init, ask, count_invalid)
