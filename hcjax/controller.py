@@ -51,11 +51,38 @@ def context_index(history: jax.Array, d: int) -> jax.Array:
     return jnp.sum(history * weights, axis=-1).astype(jnp.int32)
 
 
+def solve_spd(V: jax.Array, b: jax.Array) -> jax.Array:
+    """(..., s, s) symmetric positive-definite V, (..., s) b -> (..., s) V^-1 b.
+
+    An unrolled Cholesky solve for the tiny static s of the ridge models: elementwise
+    ops over the batch, much cheaper on CPU than a batched LAPACK call.
+    """
+    s = V.shape[-1]
+    L = [[None] * s for _ in range(s)]
+    for i in range(s):
+        for j in range(i + 1):
+            acc = V[..., i, j] - sum(L[i][k] * L[j][k] for k in range(j))
+            L[i][j] = jnp.sqrt(jnp.maximum(acc, 1e-30)) if i == j else acc / L[j][j]
+    y = []
+    for i in range(s):  # L y = b
+        y.append((b[..., i] - sum(L[i][k] * y[k] for k in range(i))) / L[i][i])
+    x = [None] * s
+    for i in reversed(range(s)):  # L^T x = y
+        x[i] = (y[i] - sum(L[k][i] * x[k] for k in range(i + 1, s))) / L[i][i]
+    return jnp.stack(x, axis=-1)
+
+
 def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
-    """(..., d) scores -> (...,) int32 argmax, uniform among exactly tied maxima."""
+    """(..., d) scores -> (...,) int32 argmax, uniform among exactly tied maxima.
+
+    Draws one number per row (not per arm): the u-th of the n tied arms, u ~ U{0..n-1}.
+    """
     best = scores == jnp.max(scores, axis=-1, keepdims=True)
-    noise = jax.random.uniform(key, scores.shape)
-    return jnp.argmax(jnp.where(best, noise, -1.0), axis=-1).astype(jnp.int32)
+    n_best = jnp.sum(best, axis=-1)
+    u = jnp.floor(jax.random.uniform(key, n_best.shape) * n_best).astype(jnp.int32)
+    u = jnp.minimum(u, n_best - 1)
+    rank = jnp.cumsum(best, axis=-1) - 1  # rank of each tied arm among the tied ones
+    return jnp.argmax(best & (rank == u[..., None]), axis=-1).astype(jnp.int32)
 
 
 @register("hypercontroller")
@@ -90,8 +117,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         scores = jnp.einsum("has,s->ha", state.G[rows, ctx], state.window)
         if beta > 0.0:
             V = state.V[rows, ctx]  # (h, d, s, s)
-            rhs = jnp.broadcast_to(state.window[:, None], (h, d, s, 1))
-            w = jnp.linalg.solve(V, rhs)[..., 0]
+            w = solve_spd(V, jnp.broadcast_to(state.window, (h, d, s)))
             scores = scores + beta * jnp.sqrt(jnp.maximum(jnp.einsum("has,s->ha", w, state.window), 0.0))
         return jnp.where(state.t >= s, scores, 0.0)
 
@@ -108,7 +134,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         V_old, B_old, G_old = state.V[idx], state.B[idx], state.G[idx]  # (h, s, s), (h, s), (h, s)
         V_new = V_old + jnp.outer(xi, xi)
         B_new = B_old + x * xi
-        G_new = jnp.linalg.solve(V_new, B_new[..., None])[..., 0]
+        G_new = solve_spd(V_new, B_new)
         learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(G_new)) & jnp.all(jnp.isfinite(V_new))
         # Only the h selected models are touched: O(h s^3), never a pass over all models.
         return state.replace(

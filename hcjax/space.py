@@ -87,8 +87,10 @@ class Space:
         self.is_integer = np.array([p.integer for p in params])
         self.default = np.array([p.default_value for p in params], np.float32)
         # Bounds in the transformed (log or linear) coordinates, as float64 for accuracy.
-        self._lo = np.where(self.is_log, np.log(np.maximum(self.low, 1e-300)), self.low).astype(np.float64)
-        self._hi = np.where(self.is_log, np.log(np.maximum(self.high, 1e-300)), self.high).astype(np.float64)
+        lo64 = np.array([p.low for p in params], np.float64)
+        hi64 = np.array([p.high for p in params], np.float64)
+        self._lo = np.where(self.is_log, np.log(np.where(self.is_log, lo64, 1.0)), lo64)
+        self._hi = np.where(self.is_log, np.log(np.where(self.is_log, hi64, 1.0)), hi64)
 
     def __repr__(self):
         return f"Space({list(self.hyperparameters)})"
@@ -114,6 +116,12 @@ class Space:
         x = np.where(self.is_integer, np.round(x), x)
         return np.clip(x.astype(np.float32), self.low, self.high)
 
+    def unit_grid(self, d: int) -> np.ndarray:
+        """(h, d) float32: the arms of `grid(d)` encoded in [0, 1] (NumPy, static)."""
+        x = self.grid(d).astype(np.float64).T  # (d, h)
+        x = np.where(self.is_log, np.log(np.where(self.is_log, x, 1.0)), x)
+        return np.clip((x - self._lo) / (self._hi - self._lo), 0.0, 1.0).T.astype(np.float32)
+
     def decode(self, unit: jnp.ndarray) -> jnp.ndarray:
         """(..., h) in [0, 1] -> (..., h) natural units inside bounds (rounded for integers)."""
         u = jnp.clip(jnp.asarray(unit, jnp.float32), 0.0, 1.0)
@@ -136,7 +144,7 @@ class Space:
 
     def snap(self, values: jnp.ndarray, d: int) -> jnp.ndarray:
         """(..., h) natural units -> (..., h) int32 index of the nearest of the d arms (in [0,1] units)."""
-        arms = jnp.asarray(np.asarray(self.encode(self.grid(d).T)).T)  # (h, d) in [0, 1]
+        arms = jnp.asarray(self.unit_grid(d))  # (h, d)
         u = self.encode(values)[..., None]  # (..., h, 1)
         return jnp.argmin(jnp.abs(u - arms), axis=-1).astype(jnp.int32)
 

@@ -1,0 +1,141 @@
+"""HyperController against the plain-Python reference, and its contract."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hcjax
+from hcjax.controller import context_index
+from tests.reference_controller import ReferenceController
+
+STEPS = 200
+
+
+def run_against_reference(h, d, s, beta, seed, tol=1e-4):
+    """Drive both controllers with the same random objectives; compare arms and G each step."""
+    space = hcjax.unit_space(h)
+    tuner = hcjax.make_tuner("hypercontroller", space, d=d, s=s, beta=beta)
+    ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
+    rng = np.random.default_rng(seed)
+    key = jax.random.PRNGKey(seed)
+    state = tuner.init(key)
+    ref = ReferenceController(h, d, s, beta=beta)
+    grid = space.grid(d)
+    n_unique = 0
+    for t in range(STEPS):
+        key, sub = jax.random.split(key)
+        state, values = ask(state, sub)
+        arms = np.asarray(state.arms)
+        np.testing.assert_allclose(np.asarray(values), grid[np.arange(h), arms])
+        scores = np.array(ref.scores())
+        for i in range(h):
+            best = scores[i].max()
+            # Arms within float32 noise of the maximum count as tied; anything else must match.
+            near = np.flatnonzero(scores[i] >= best - tol * max(1.0, abs(best)))
+            assert arms[i] in near, (t, i, arms[i], scores[i])
+            n_unique += len(near) == 1
+        ref.arms = [int(a) for a in arms]
+        x = float(rng.normal() * 2.0 + 0.3 * np.sin(t / 7.0))
+        state = tell(state, jnp.float32(x))
+        ref.tell(x)
+        # Every model G equals the reference's.
+        G = np.asarray(state.G)
+        for (i, ctx, a) in ref.V:
+            c = sum(a_k * d ** (s - 1 - k) for k, a_k in enumerate(ctx))
+            np.testing.assert_allclose(G[i, c, a], ref.G(i, ctx, a), rtol=1e-3, atol=1e-4)
+    assert int(state.t) == STEPS
+    return n_unique
+
+
+@pytest.mark.parametrize("h,d,s", [(1, 4, 1), (3, 10, 1), (2, 5, 2), (2, 3, 3)])
+def test_matches_reference(h, d, s):
+    n_unique = run_against_reference(h, d, s, beta=0.0, seed=h * 100 + d * 10 + s)
+    # The comparison is only meaningful if most decisions had a unique best arm.
+    assert n_unique > 0.5 * STEPS * h
+
+
+def test_matches_reference_with_optimism_bonus():
+    run_against_reference(2, 4, 2, beta=0.7, seed=7)
+
+
+def test_uniform_while_no_history_and_random_ties():
+    """At t < s every arm is equally likely (tie-break is uniform, not arm 0)."""
+    d = 5
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(1), d=d, s=1)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4000)
+    state = tuner.init(keys[0])
+    arms = jax.vmap(lambda k: tuner.ask(state, k)[0].arms[0])(keys)
+    counts = np.bincount(np.asarray(arms), minlength=d)
+    expected = len(keys) / d
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 20.0, counts  # chi-square, 4 dof: p < 0.001 at 18.5
+
+
+def test_context_index():
+    history = jnp.asarray([[0, 0, 1], [2, 1, 0], [2, 2, 2]])
+    np.testing.assert_array_equal(context_index(history, 3), [1, 2 * 9 + 3, 26])
+
+
+def test_state_shapes():
+    h, d, s = 4, 6, 2
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(h), d=d, s=s)
+    st = tuner.init(jax.random.PRNGKey(0))
+    assert st.V.shape == (h, d**s, d, s, s)
+    assert st.B.shape == st.G.shape == (h, d**s, d, s)
+    assert st.history.shape == (h, s) and st.window.shape == (s,) and st.arms.shape == (h,)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 1e30, -3e20])
+def test_invalid_objective_is_ignored(bad):
+    """An invalid objective changes nothing but the n_invalid counter."""
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(2), d=4, s=2)
+    ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
+    state = tuner.init(jax.random.PRNGKey(1))
+    key = jax.random.PRNGKey(2)
+    for x in [0.5, -1.0, 2.0, 0.1]:
+        key, sub = jax.random.split(key)
+        state, _ = ask(state, sub)
+        state = tell(state, jnp.float32(x))
+    after = tell(state, jnp.float32(bad))
+    for name in ["V", "B", "G", "history", "window", "arms", "t"]:
+        np.testing.assert_array_equal(getattr(after, name), getattr(state, name), err_msg=name)
+    assert int(after.n_invalid) == int(state.n_invalid) + 1
+    leaves = jax.tree_util.tree_leaves(after)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+
+
+def test_vmap_equals_separate_runs():
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(3), d=5, s=2)
+
+    def run(key, objectives):
+        def step(state, inp):
+            k, x = inp
+            state, values = tuner.ask(state, k)
+            return tuner.tell(state, x), values
+
+        k0, k1 = jax.random.split(key)
+        state, values = jax.lax.scan(step, tuner.init(k0), (jax.random.split(k1, 30), objectives))
+        return values
+
+    keys = jax.random.split(jax.random.PRNGKey(3), 8)
+    objectives = jax.random.normal(jax.random.PRNGKey(4), (8, 30))
+    batched = jax.jit(jax.vmap(run))(keys, objectives)
+    single = jax.jit(run)
+    for n in range(8):
+        np.testing.assert_array_equal(batched[n], single(keys[n], objectives[n]))
+
+
+@pytest.mark.parametrize("option,value,field", [
+    ("d", 1, "hypercontroller.d"), ("s", 0, "hypercontroller.s"), ("s", 4, "hypercontroller.s"),
+    ("ridge", 0.0, "hypercontroller.ridge"), ("beta", -1.0, "hypercontroller.beta"), ("d", 2.5, "hypercontroller.d"),
+])
+def test_bad_options(option, value, field):
+    with pytest.raises(ValueError, match=field):
+        hcjax.make_tuner("hypercontroller", hcjax.unit_space(2), **{option: value})
+
+
+def test_unknown_name_and_option():
+    with pytest.raises(ValueError, match="unknown tuner name.*known"):
+        hcjax.make_tuner("bayes", hcjax.unit_space(2))
+    with pytest.raises(ValueError, match="unknown option.*'lr'"):
+        hcjax.make_tuner("hypercontroller", hcjax.unit_space(2), lr=1.0)
