@@ -1,0 +1,79 @@
+"""Hyperparameter spaces: grids, encoding, validation."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hcjax import Hyperparameter, Space, ppo_space, unit_space
+
+
+def test_grid_linear_log_integer():
+    space = Space([Hyperparameter("a", 0.0, 1.0), Hyperparameter("lr", 1e-4, 1e-2, "log"),
+                   Hyperparameter("n", 1, 4, integer=True)])
+    g = space.grid(5)
+    assert g.shape == (3, 5) and g.dtype == np.float32
+    np.testing.assert_allclose(g[0], [0, 0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(g[1], [1e-4, 10**-3.5, 1e-3, 10**-2.5, 1e-2], rtol=1e-5)
+    # 5 arms over the 4 integers 1..4: rounded, inside bounds, one value repeats harmlessly
+    np.testing.assert_array_equal(g[2], np.round(g[2]))
+    assert g[2].min() == 1 and g[2].max() == 4 and len(set(g[2])) == 4
+
+
+def test_encode_decode_roundtrip_and_bounds():
+    space = ppo_space()
+    u = jax.random.uniform(jax.random.PRNGKey(0), (100, 4))
+    x = space.decode(u)
+    assert np.all(x >= space.low) and np.all(x <= space.high)
+    np.testing.assert_array_equal(x[:, 3], np.round(x[:, 3]))
+    back = space.encode(x)
+    np.testing.assert_allclose(back[:, :3], u[:, :3], atol=1e-5)
+    np.testing.assert_allclose(back[:, 3], u[:, 3], atol=0.5 / 5000 + 1e-6)  # integer rounding
+    # log scale: the midpoint of [0, 1] is the geometric mean
+    np.testing.assert_allclose(space.decode(jnp.full(4, 0.5))[0], np.sqrt(1e-5 * 1e-3), rtol=1e-5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+                min_size=3, max_size=3))
+def test_snap_picks_nearest_arm(values):
+    space = unit_space(3)
+    arms = np.asarray(space.snap(jnp.asarray(values, jnp.float32), 7))
+    grid = space.grid(7)
+    for i, v in enumerate(np.clip(values, 0, 1)):
+        assert abs(grid[i, arms[i]] - v) <= np.min(np.abs(grid[i] - v)) + 1e-6
+
+
+def test_unit_grid_matches_encoded_grid():
+    space = ppo_space()
+    np.testing.assert_allclose(space.unit_grid(10), np.asarray(space.encode(space.grid(10).T)).T, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(name="x", low=1.0, high=1.0), "low must be < high"),
+    (dict(name="x", low=0.0, high=1.0, scale="log"), "low > 0"),
+    (dict(name="x", low=0.0, high=1.0, scale="exp"), "scale must be one of"),
+    (dict(name="", low=0.0, high=1.0), "name"),
+    (dict(name="x", low=0.0, high=1.0, default=2.0), "default"),
+    (dict(name="x", low=float("nan"), high=1.0), "low must be a finite"),
+    (dict(name="x", low=0.2, high=0.8, integer=True), "integer"),
+])
+def test_bad_hyperparameter(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Hyperparameter(**kwargs)
+
+
+def test_bad_space():
+    with pytest.raises(ValueError, match="must not be empty"):
+        Space([])
+    with pytest.raises(ValueError, match="duplicate names"):
+        Space([Hyperparameter("a", 0, 1), Hyperparameter("a", 0, 2)])
+    for d in (1, 0, 2.5, True):
+        with pytest.raises(ValueError, match="d must be an integer >= 2"):
+            unit_space(2).grid(d)
+
+
+def test_defaults():
+    space = ppo_space()
+    np.testing.assert_allclose(space.default, [3e-4, 0.2, 0.95, 1000.0], rtol=1e-6)
+    assert Hyperparameter("lr", 1e-4, 1e-2, "log").default_value == pytest.approx(1e-3)
