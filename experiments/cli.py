@@ -1,0 +1,136 @@
+"""The `hcjax` command (also `python -m experiments`).
+
+    hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
+              [--iterations N] [--out DIR] [--no-progress] [--no-plot]
+    hcjax plot DIR
+    hcjax bench [--out DIR]
+    hcjax presets
+
+`run` validates the whole configuration before anything is compiled (a bad env, method,
+preset or count exits with status 2 and a message naming the field and the allowed
+values), resumes in an existing DIR (finished units are skipped), then writes the
+figures and tables (as `hcjax plot DIR`) and prints the results table.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from experiments import presets
+
+
+def _names(values: list[str] | None) -> list[str] | None:
+    """Accept `--envs a b` and `--envs a,b`."""
+    if values is None:
+        return None
+    return [n for v in values for n in v.split(",") if n.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hcjax", description="HyperController study: run, plot, bench.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a study preset (resumes in an existing --out)")
+    run.add_argument("--preset", default="smoke", help=f"one of {', '.join(presets.PRESETS)} (default smoke)")
+    run.add_argument("--envs", nargs="+", help=f"environments; known: {', '.join(presets.KNOWN_ENVS)}")
+    run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.METHODS)}")
+    run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
+    run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
+    run.add_argument("--out", help="study directory (default results/<preset>)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
+
+    plot = sub.add_parser("plot", help="write Figures 1-2 and the tables of a study directory")
+    plot.add_argument("dir")
+
+    bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
+    bench.add_argument("--out", default="bench", help="report directory (default bench/)")
+
+    sub.add_parser("presets", help="print the presets and their reductions from the paper")
+    return ap
+
+
+def describe_presets() -> str:
+    lines = []
+    for p in presets.PRESETS.values():
+        plan = presets.resolve(p.name)
+        lines.append(f"{p.name}: {p.description}")
+        lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({e.path})' for e in plan.envs)}")
+        lines.append(f"  methods: {', '.join(p.methods)}; seeds {p.seeds}; iterations {p.iterations}; "
+                     f"batch size {p.batch_size}; PPO {dict(p.ppo)}")
+        for r in p.reductions:
+            lines.append(f"  - {r}")
+    return "\n".join(lines)
+
+
+def cmd_run(args, ap) -> int:
+    try:
+        plan = presets.resolve(args.preset, envs=_names(args.envs), methods=_names(args.methods),
+                               seeds=args.seeds, iterations=args.iterations)
+    except ValueError as e:
+        ap.error(str(e))
+    out = Path(args.out or Path("results") / plan.preset.name)
+    from experiments import runner
+
+    try:
+        runner.check(plan)
+    except ValueError as e:
+        ap.error(str(e))
+    print(f"hcjax run: preset {plan.preset.name}, {len(plan.envs)} env(s) x {len(plan.preset.methods)} "
+          f"method(s) x {plan.preset.seeds} seed(s), {plan.preset.iterations} iterations -> {out}", flush=True)
+    for e in plan.envs:
+        print(f"  {e.label}: {e.make} ({e.path}) - {e.why}", flush=True)
+    try:
+        runner.run(plan, out, progress=not args.no_progress)
+    except ValueError as e:
+        ap.error(str(e))
+    print(runner.summary(out), flush=True)
+    if not args.no_plot:
+        from experiments import plots
+
+        paths = plots.plot(out)
+        print(f"figures: {paths['fig1_tuning_time']}, {paths['fig1_iterations']}, {paths['fig2_final']}")
+        print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
+    return 0
+
+
+def cmd_plot(args, ap) -> int:
+    from experiments import plots
+
+    try:
+        paths = plots.plot(args.dir)
+    except ValueError as e:
+        ap.error(str(e))
+    print(Path(paths["results"]).read_text())
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def cmd_bench(args, ap) -> int:
+    from experiments import bench
+
+    report = bench.run(Path(args.out))
+    print(f"bench report: {report['paths']['json']}, {report['paths']['markdown']}")
+    return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args, ap)
+    if args.command == "plot":
+        return cmd_plot(args, ap)
+    if args.command == "bench":
+        return cmd_bench(args, ap)
+    if args.command == "presets":
+        print(describe_presets())
+        return 0
+    ap.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

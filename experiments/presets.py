@@ -1,0 +1,267 @@
+"""Presets of the paper's study: which environments, methods, seeds, iterations and PPO sizes.
+
+    smoke  one environment, three methods, two seeds, a few iterations, tiny networks:
+           the README's first command, a table and a figure in under 3 minutes on a
+           2-core CPU (compilation included).
+    cpu    every method + fixed on the paper's five environments, 3 seeds, sized to
+           finish within about 2 hours on a 2-core CPU. Its reductions from the paper
+           are listed in `Preset.reductions`.
+    paper  the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per
+           iteration, 3x256 networks, 10 epochs), meant for a GPU.
+
+`resolve(preset, envs=..., methods=..., seeds=..., iterations=...)` validates everything
+(names, counts) and returns a `Plan` before anything is imported from JAX or compiled.
+
+Environments. The paper's names (HalfCheetah-v4, BipedalWalker-v3, Pusher-v4,
+InvertedDoublePendulum-v4, Reacher-v4) are mapped per preset to either a Brax
+re-implementation (jitted, vmapped with the agents, fast) or the exact gymnasium task
+stepped on the host (the paper's environment, slower). Any name `agents.envs.make`
+knows (e.g. `CartPole-v1`, `halfcheetah`, `Pusher-v5`) can also be given directly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+# The six compared methods of the paper, then the fixed-default reference.
+PAPER_METHODS = ("hypercontroller", "random", "pb2", "gp_ucb", "hyperband", "random_start")
+METHODS = PAPER_METHODS + ("fixed",)
+SHORT = {"hypercontroller": "HC", "random": "R", "pb2": "PB2", "gp_ucb": "GP-UCB", "hyperband": "HB",
+         "random_start": "RS", "fixed": "Fixed"}
+
+PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
+
+# Names agents.envs.make accepts (its contract): Brax, gymnax, gymnasium host envs.
+BRAX_ENVS = ("halfcheetah", "pusher", "reacher", "inverted_double_pendulum")
+GYMNAX_ENVS = ("CartPole-v1", "Pendulum-v1")
+GYMNASIUM_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v5", "InvertedDoublePendulum-v4", "Reacher-v4")
+DIRECT_ENVS = BRAX_ENVS + GYMNAX_ENVS + GYMNASIUM_ENVS
+KNOWN_ENVS = tuple(dict.fromkeys(PAPER_ENVS + DIRECT_ENVS))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvChoice:
+    """How one study environment is run: `label` (tables, figures), `make` (the name given
+    to agents.envs.make), `path` ('brax' | 'gymnax' | 'gymnasium'), `why` (the reason)."""
+
+    label: str
+    make: str
+    path: str
+    why: str
+
+
+def _path_of(make: str) -> str:
+    return "brax" if make in BRAX_ENVS else "gymnax" if make in GYMNAX_ENVS else "gymnasium"
+
+
+# Per preset, the path of each paper environment and why. Speeds are the anchor figures
+# of PAPER.md measured on a 2-core CPU (Brax: 64 envs x 100 steps jitted; gymnasium: one env).
+CPU_PATHS = {
+    "HalfCheetah-v4": ("halfcheetah",
+                       "Brax (spring) steps 11k/s jitted and vmapped with the agents vs 7.4k/s for one "
+                       "gymnasium env plus a host round trip per step; speed wins on the CPU budget"),
+    "BipedalWalker-v3": ("BipedalWalker-v3", "gymnasium only (Box2D has no Brax/gymnax port)"),
+    "Pusher-v4": ("Pusher-v5",
+                  "gymnasium Pusher-v5 (v4 needs mujoco<3): 6.4k steps/s on the host is faster than "
+                  "Brax pusher (2.0k/s) and is the paper's exact task"),
+    "InvertedDoublePendulum-v4": ("inverted_double_pendulum",
+                                  "Brax steps 126k/s vs 5.9k/s for gymnasium: 20x faster"),
+    "Reacher-v4": ("reacher", "Brax steps 85k/s vs 7.9k/s for gymnasium: 10x faster"),
+}
+PAPER_PATHS = {
+    "HalfCheetah-v4": ("HalfCheetah-v4", "fidelity: the paper's exact MuJoCo task (gymnasium, host)"),
+    "BipedalWalker-v3": ("BipedalWalker-v3", "gymnasium only (Box2D has no Brax/gymnax port)"),
+    "Pusher-v4": ("Pusher-v5", "fidelity: the paper's task; v5 because v4 needs mujoco<3 (same dynamics)"),
+    "InvertedDoublePendulum-v4": ("InvertedDoublePendulum-v4", "fidelity: the paper's exact task (gymnasium)"),
+    "Reacher-v4": ("Reacher-v4", "fidelity: the paper's exact task (gymnasium)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A study definition.
+
+    envs: study environment names (keys of `paths` or direct agents.envs names);
+    methods: tuner names; seeds: number of seeds (the same seeds 0..seeds-1 for every
+    method); iterations: PPO iterations per run; eval_every: iterations between
+    evaluations; tune_every: iterations between `ask`s (tell every iteration);
+    batch_size: (low, high) frames per iteration, the tuned range; ppo: PPOConfig
+    field overrides; tuner: per-method option overrides; paths: paper env -> (make name,
+    why); reductions: every departure from the paper's settings, in words.
+    """
+
+    name: str
+    envs: tuple[str, ...]
+    methods: tuple[str, ...]
+    seeds: int
+    iterations: int
+    eval_every: int = 10
+    tune_every: int = 5
+    batch_size: tuple[int, int] = (1000, 6000)
+    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tuner: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    paths: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    reductions: tuple[str, ...] = ()
+    description: str = ""
+    fast_compile: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON-able form (for the manifest)."""
+        d = dataclasses.asdict(self)
+        d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
+        d["paths"] = {k: list(v) for k, v in self.paths.items()}
+        return d
+
+
+PRESETS: dict[str, Preset] = {
+    "smoke": Preset(
+        name="smoke",
+        envs=("CartPole-v1",),
+        methods=("hypercontroller", "random", "fixed"),
+        seeds=2,
+        iterations=20,
+        eval_every=10,
+        tune_every=5,
+        batch_size=(128, 512),
+        ppo=dict(num_envs=8, hidden_sizes=(32, 32), update_epochs=2, num_minibatches=4, eval_steps=500),
+        fast_compile=True,
+        description="one gymnax env (CartPole-v1, jitted end to end), three methods, two seeds, "
+                    "20 iterations of 128-512 frames, 2x32 networks: a table and a figure in < 3 min",
+        reductions=(
+            "CartPole-v1 (gymnax) instead of the paper's MuJoCo/Box2D tasks",
+            "2 seeds instead of 10", "20 iterations instead of 1000",
+            "batch size (frames per iteration) in [128, 512] instead of [1000, 6000]",
+            "2x32 networks instead of 3x256", "2 epochs instead of 10",
+            "evaluation episodes of up to 500 steps (CartPole's limit) instead of 1000",
+        ),
+    ),
+    "cpu": Preset(
+        name="cpu",
+        envs=PAPER_ENVS,
+        methods=METHODS,
+        seeds=3,
+        iterations=100,
+        eval_every=10,
+        tune_every=5,
+        batch_size=(256, 1536),
+        ppo=dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4, eval_steps=1000),
+        tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
+        paths=CPU_PATHS,
+        description="all six methods + fixed on the five paper environments, 3 seeds, 100 iterations "
+                    "of 256-1536 frames, 2x64 networks, 4 epochs; Brax where it is much faster",
+        reductions=(
+            "3 seeds instead of 10", "100 iterations instead of 1000",
+            "batch size (frames per iteration) in [256, 1536] instead of [1000, 6000] "
+            "(same 6:1 ratio; the update costs that of the largest batch)",
+            "2x64 networks instead of 3x256", "4 epochs instead of 10",
+            "GP buffers of 100 points (= every observation of the run) instead of 1000",
+            "HalfCheetah, InvertedDoublePendulum and Reacher are the Brax re-implementations "
+            "(different dynamics and reward scales from MuJoCo's); Pusher is gymnasium Pusher-v5",
+        ),
+    ),
+    "paper": Preset(
+        name="paper",
+        envs=PAPER_ENVS,
+        methods=METHODS,
+        seeds=10,
+        iterations=1000,
+        eval_every=10,
+        tune_every=5,
+        batch_size=(1000, 6000),
+        ppo=dict(hidden_sizes=(256, 256, 256), update_epochs=10, eval_steps=1000),
+        paths=PAPER_PATHS,
+        description="the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per "
+                    "iteration, 3x256, 10 epochs) on the exact gymnasium tasks; meant for a GPU",
+        reductions=("Pusher-v5 instead of Pusher-v4 (v4 needs mujoco<3)",),
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated study: the preset after overrides, and how each environment runs."""
+
+    preset: Preset
+    envs: tuple[EnvChoice, ...]
+
+    @property
+    def units(self) -> list[tuple[EnvChoice, str]]:
+        """(env, method) pairs in run order: environment-major."""
+        return [(e, m) for e in self.envs for m in self.preset.methods]
+
+    def to_dict(self) -> dict:
+        d = self.preset.to_dict()
+        d["env_choices"] = [dataclasses.asdict(e) for e in self.envs]
+        return d
+
+
+def _names(field: str, given: Sequence[str], allowed: Sequence[str]) -> tuple[str, ...]:
+    """Validate a non-empty list of names without duplicates against `allowed`."""
+    if isinstance(given, str):
+        given = [given]
+    given = [g.strip() for g in given]
+    if not given:
+        raise ValueError(f"{field} must not be empty; allowed: {', '.join(allowed)}")
+    bad = [g for g in given if g not in allowed]
+    if bad:
+        raise ValueError(f"unknown {field} {bad}; allowed: {', '.join(allowed)}")
+    dup = sorted({g for g in given if given.count(g) > 1})
+    if dup:
+        raise ValueError(f"{field}: duplicates {dup}")
+    return tuple(given)
+
+
+def _positive(field: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{field} must be a positive integer (>= 1), got {value!r}")
+    return value
+
+
+def choose_env(name: str, preset: Preset) -> EnvChoice:
+    """The EnvChoice of a study environment name under `preset`."""
+    if name in preset.paths:
+        make, why = preset.paths[name]
+        return EnvChoice(label=name, make=make, path=_path_of(make), why=why)
+    if name in DIRECT_ENVS:
+        return EnvChoice(label=name, make=name, path=_path_of(name), why="given directly")
+    if name == "Pusher-v4":
+        return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
+                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task")
+    raise ValueError(f"unknown env {name!r}; allowed: {', '.join(KNOWN_ENVS)}")
+
+
+def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None,
+            methods: Sequence[str] | None = None, seeds: int | None = None,
+            iterations: int | None = None) -> Plan:
+    """Validate a preset name and its overrides; ValueError naming the field and the
+    allowed values on any bad input. Imports nothing heavy and compiles nothing."""
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+        preset = PRESETS[preset]
+    elif not isinstance(preset, Preset):
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)} or a Preset, got {type(preset).__name__}")
+    changes = {}
+    if envs is not None:
+        changes["envs"] = _names("env", envs, KNOWN_ENVS)
+    if methods is not None:
+        changes["methods"] = _names("method", methods, METHODS)
+    if seeds is not None:
+        changes["seeds"] = _positive("seeds", seeds)
+    if iterations is not None:
+        changes["iterations"] = _positive("iterations", iterations)
+    p = dataclasses.replace(preset, **changes)
+    _names("env", p.envs, KNOWN_ENVS)
+    _names("method", p.methods, METHODS)
+    _positive("seeds", p.seeds)
+    _positive("iterations", p.iterations)
+    _positive("eval_every", p.eval_every)
+    _positive("tune_every", p.tune_every)
+    lo, hi = p.batch_size
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo < hi):
+        raise ValueError(f"batch_size must be integers 1 <= low < high, got {p.batch_size!r}")
+    choices = tuple(choose_env(e, p) for e in p.envs)
+    labels = [c.label for c in choices]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"env: duplicates in {labels}")
+    return Plan(preset=p, envs=choices)
