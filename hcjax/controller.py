@@ -77,11 +77,13 @@ def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
 
     Draws one number per row (not per arm): the u-th of the n tied arms, u ~ U{0..n-1}.
     """
+    d = scores.shape[-1]
     best = scores == jnp.max(scores, axis=-1, keepdims=True)
-    n_best = jnp.sum(best, axis=-1)
-    u = jnp.floor(jax.random.uniform(key, n_best.shape) * n_best).astype(jnp.int32)
-    u = jnp.minimum(u, n_best - 1)
-    rank = jnp.cumsum(best, axis=-1) - 1  # rank of each tied arm among the tied ones
+    best_f = best.astype(jnp.float32)
+    n_best = jnp.sum(best_f, axis=-1)
+    u = jnp.minimum(jnp.floor(jax.random.uniform(key, n_best.shape) * n_best), n_best - 1.0)
+    # rank of each tied arm among the tied ones (a prefix sum, as a tiny matmul: fast on CPU)
+    rank = best_f @ jnp.triu(jnp.ones((d, d), jnp.float32)) - 1.0
     return jnp.argmax(best & (rank == u[..., None]), axis=-1).astype(jnp.int32)
 
 
