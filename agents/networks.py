@@ -1,0 +1,117 @@
+"""Actor and critic MLPs and the action distributions of the PPO agents.
+
+Action bounding (continuous envs): the policy is an *unbounded* diagonal Gaussian
+N(mean(obs), exp(log_std)) with a state-independent, learned log_std. Log-probabilities
+and the entropy are those of this Gaussian (computed on the unclipped sample); the env
+receives the sample clipped to its bounds [low, high] (`clip_action`). Evaluation uses
+the clipped mean. Discrete envs use a Categorical over the logits.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "silu": nn.silu}
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+class MLP(nn.Module):
+    """(..., in) -> (..., out): hidden Dense layers with `activation`, linear output.
+
+    Orthogonal init (gain sqrt(2) hidden, `out_scale` output), zero biases.
+    """
+
+    hidden_sizes: Sequence[int]
+    out: int
+    activation: str = "tanh"
+    out_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x):
+        act = ACTIVATIONS[self.activation]
+        for width in self.hidden_sizes:
+            x = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+                         bias_init=nn.initializers.zeros)(x)
+            x = act(x)
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale),
+                        bias_init=nn.initializers.zeros)(x)
+
+
+class Actor(nn.Module):
+    """obs (..., obs_size) -> distribution parameters.
+
+    discrete: logits (..., n); continuous: (mean (..., a), log_std (a,)).
+    """
+
+    action_size: int
+    discrete: bool
+    hidden_sizes: Sequence[int] = (256, 256, 256)
+    activation: str = "tanh"
+    init_log_std: float = 0.0
+
+    @nn.compact
+    def __call__(self, obs):
+        out = MLP(self.hidden_sizes, self.action_size, self.activation, out_scale=0.01)(obs)
+        if self.discrete:
+            return out
+        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
+        return out, log_std
+
+
+class Critic(nn.Module):
+    """obs (..., obs_size) -> value (...,)."""
+
+    hidden_sizes: Sequence[int] = (256, 256, 256)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs):
+        return MLP(self.hidden_sizes, 1, self.activation, out_scale=1.0)(obs)[..., 0]
+
+
+# ---- distributions: pure functions of the actor's output -------------------------------
+
+
+def sample(key, dist, discrete: bool):
+    """Sample an action: discrete (...,) int32; continuous (..., a) unclipped."""
+    if discrete:
+        return jax.random.categorical(key, dist).astype(jnp.int32)
+    mean, log_std = dist
+    return mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+
+
+def log_prob(dist, action, discrete: bool):
+    """(...,) log-probability of `action` under `dist`."""
+    if discrete:
+        logp = jax.nn.log_softmax(dist)
+        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    mean, log_std = dist
+    z = (action - mean) * jnp.exp(-log_std)
+    return jnp.sum(-0.5 * z * z - log_std - 0.5 * LOG_2PI, axis=-1)
+
+
+def entropy(dist, discrete: bool):
+    """(...,) entropy of `dist`."""
+    if discrete:
+        logp = jax.nn.log_softmax(dist)
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    mean, log_std = dist
+    ent = jnp.sum(log_std + 0.5 * (1.0 + LOG_2PI))
+    return jnp.broadcast_to(ent, mean.shape[:-1])
+
+
+def mode(dist, discrete: bool):
+    """The deterministic action: argmax of logits, or the Gaussian mean."""
+    if discrete:
+        return jnp.argmax(dist, axis=-1).astype(jnp.int32)
+    return dist[0]
+
+
+def clip_action(action, low, high):
+    """Continuous actions clipped into the env's bounds (low, high: (a,))."""
+    return jnp.clip(action, low, high)
