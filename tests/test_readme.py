@@ -1,0 +1,31 @@
+"""The README's Python example runs as written, and its quick start matches CI."""
+import pathlib
+import re
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+
+
+def test_readme_example_runs(capsys):
+    blocks = python_blocks()
+    assert blocks, "README has no python example"
+    namespace = {}
+    exec(compile(blocks[0], "README example", "exec"), namespace)
+    values = np.asarray(namespace["values"])
+    assert values.shape == (8, 300, 2)
+    # every agent mostly plays the learning rate with the best objective (1e-3, one of the
+    # 10 arms) by the end; random search would play it 10% of the time
+    at_best = np.isclose(values[:, -100:, 0], 1e-3, rtol=1e-3).mean(axis=1)
+    assert np.all(at_best > 0.5), at_best
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = re.search(r'pip install -e "\.\[dev\]" && (python -m pytest[^\n`]*)', readme).group(1).strip()
+    assert command in ci.splitlines()
