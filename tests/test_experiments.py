@@ -1,0 +1,183 @@
+"""experiments/: configuration errors, presets, kill-and-resume, device sharding, plots.
+
+The runs are real (gymnax CartPole-v1, the smoke preset's 2x32 networks, 10 iterations),
+each in a subprocess through the `hcjax` command (`python -m experiments`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import cli, presets
+from experiments import results as R
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--preset", "smoke", "--envs", "CartPole-v1", "--iterations", "10", "--no-progress"]
+
+
+def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
+    """Start `python -m experiments ARGS` in a subprocess (optionally with N forced CPU devices)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("XLA_FLAGS", None)
+    if devices is not None:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return subprocess.Popen([sys.executable, "-m", "experiments", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+# ---- configuration ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(preset="nope"), ["preset", "smoke", "cpu", "paper"]),
+    (dict(envs=["MountainCar-v0"]), ["env", "MountainCar-v0", "HalfCheetah-v4", "CartPole-v1"]),
+    (dict(methods=["hypercontroller", "bayesopt"]), ["method", "bayesopt", "gp_ucb", "pb2", "hyperband"]),
+    (dict(seeds=0), ["seeds", ">= 1"]),
+    (dict(seeds=-3), ["seeds", ">= 1"]),
+    (dict(iterations=0), ["iterations", ">= 1"]),
+    (dict(envs=[]), ["env", "empty"]),
+    (dict(methods=["random", "random"]), ["method", "duplicates"]),
+])
+def test_bad_configuration_raises_value_error_naming_field(kwargs, words):
+    with pytest.raises(ValueError) as e:
+        presets.resolve(kwargs.pop("preset", "smoke"), **kwargs)
+    for w in words:
+        assert w in str(e.value)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--preset", "huge"], ["preset", "smoke, cpu, paper"]),
+    (["run", "--envs", "Atari"], ["env", "Atari", "BipedalWalker-v3"]),
+    (["run", "--methods", "hc"], ["method", "hypercontroller"]),
+    (["run", "--seeds", "0"], ["seeds", ">= 1"]),
+])
+def test_cli_rejects_bad_configuration_before_compiling(argv, words, capsys, tmp_path):
+    t0 = time.perf_counter()
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv + ["--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err
+    assert not (tmp_path / "x").exists()
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_presets_are_sized_as_documented():
+    smoke = presets.resolve("smoke")
+    assert len(smoke.envs) == 1 and smoke.envs[0].path in ("gymnax", "brax")
+    assert len(smoke.preset.methods) == 3 and "hypercontroller" in smoke.preset.methods
+    assert smoke.preset.seeds == 2 and smoke.preset.iterations <= 50
+    assert max(smoke.preset.ppo["hidden_sizes"]) <= 64 and smoke.preset.batch_size[1] <= 1024
+    assert smoke.preset.iterations % smoke.preset.eval_every == 0  # one compiled segment length
+
+    cpu = presets.resolve("cpu")
+    assert set(cpu.preset.methods) == set(presets.METHODS) and len(cpu.preset.methods) == 7
+    assert [e.label for e in cpu.envs] == list(presets.PAPER_ENVS)
+    assert cpu.preset.seeds >= 3 and cpu.preset.reductions
+    walker = {e.label: e for e in cpu.envs}["BipedalWalker-v3"]
+    assert walker.path == "gymnasium" and walker.why
+
+    paper = presets.resolve("paper")
+    p = paper.preset
+    assert (p.seeds, p.iterations, p.batch_size, p.eval_every, p.tune_every) == (10, 1000, (1000, 6000), 10, 5)
+    assert p.ppo["hidden_sizes"] == (256, 256, 256) and p.ppo["update_epochs"] == 10
+    assert set(p.methods) == set(presets.METHODS)
+    assert all(e.path == "gymnasium" for e in paper.envs)
+    for plan in (smoke, cpu, paper):  # every unit's PPOConfig and tuner builds (nothing compiled)
+        from experiments import runner
+
+        runner.check(plan)
+
+
+# ---- real runs ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resumed_study(tmp_path_factory):
+    """Run two units, SIGKILL the run as soon as the first unit is on disk, run it again.
+
+    Returns (study dir, first unit's bytes before the kill, output of the second run).
+    """
+    out = tmp_path_factory.mktemp("study")
+    args = ["run", *TINY, "--methods", "fixed", "hypercontroller", "--seeds", "2", "--out", str(out)]
+    first = R.unit_path(out, "CartPole-v1", "fixed")
+    second = R.unit_path(out, "CartPole-v1", "hypercontroller")
+    proc = hcjax(args, start_new_session=True)
+    deadline = time.time() + 240
+    while not first.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() < deadline, "the first unit was not written in time"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert not second.exists()  # the unit in flight is lost, nothing else
+    assert not list((out / R.UNITS).glob(".*.tmp"))  # no half-written file left visible
+    before = first.read_bytes()
+    log = finish(hcjax(args))
+    return out, before, log
+
+
+def test_kill_then_resume_skips_finished_unit(resumed_study):
+    out, before, log = resumed_study
+    assert "skip CartPole-v1 / fixed" in log
+    assert "done CartPole-v1 / hypercontroller" in log and "done CartPole-v1 / fixed" not in log
+    assert R.unit_path(out, "CartPole-v1", "fixed").read_bytes() == before
+    units = {u.meta["method"]: u for u in R.load_units(out)}
+    assert set(units) == {"fixed", "hypercontroller"}
+    for u in units.values():
+        assert u.train_reward.shape == (2, 10) and u.hparams.shape == (2, 10, 4)
+        assert u.eval_iteration.tolist() == [10] and u.eval_reward.shape == (2, 1)
+        assert u.tuner_time.shape == (10,) and np.all(u.tuner_time >= 0) and u.tuner_time.sum() > 0
+        assert np.all(u.frames >= 128) and np.all(u.frames <= 512 + 8)
+        assert np.all(np.isfinite(u.eval_reward))
+    # the same seeds for every method: identical first-iteration hyperparameters are not
+    # required, but the fixed tuner must report the PPO defaults
+    np.testing.assert_allclose(units["fixed"].hparams[:, :, 1], 0.2)
+    manifest = R.read_manifest(out)
+    assert manifest["git"]["commit"] and manifest["packages"]["jax"] and manifest["devices"]["devices"]
+    assert len(manifest["runs"]) == 2
+    assert manifest["config"]["name"] == "smoke"
+
+
+def test_plots_and_tables_from_real_run(resumed_study):
+    out, _, log = resumed_study
+    assert "| CartPole-v1 |" in log  # the results table was printed
+    for name in ("fig1_tuning_time", "fig1_iterations", "fig2_final"):
+        png = out / "figures" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    success = (out / "tables" / "success.md").read_text()
+    assert "| Env | HC | Fixed |" in success and "| CartPole-v1 | 2/2 | 2/2 |" in success
+    table = (out / "tables" / "results.md").read_text()
+    assert "(1)" in table and "(2)" in table
+    assert "fig2_final.png" in (out / "report.md").read_text()
+    proc = finish(hcjax(["plot", str(out)]))  # `hcjax plot DIR` on its own
+    assert "CartPole-v1" in proc
+
+
+def test_four_host_devices_give_the_same_numbers_as_one(tmp_path):
+    args = ["run", *TINY, "--methods", "hypercontroller", "--seeds", "3", "--no-plot"]
+    procs = {n: hcjax(args + ["--out", str(tmp_path / f"dev{n}")], devices=n) for n in (4, 1)}  # concurrently
+    runs = {}
+    for n, proc in procs.items():
+        finish(proc)
+        runs[n] = R.load_units(tmp_path / f"dev{n}")[0]
+    four, one = runs[4], runs[1]
+    assert four.meta["n_devices"] == 4 and four.meta["n_agents"] == 4  # 3 seeds padded to 4
+    assert one.meta["n_devices"] == 1 and one.meta["n_agents"] == 3
+    for name in R.SEED_METRICS + ("eval_reward",):
+        np.testing.assert_allclose(getattr(four, name), getattr(one, name), rtol=1e-6, atol=1e-6, err_msg=name)
