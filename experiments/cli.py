@@ -3,7 +3,7 @@
     hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
               [--iterations N] [--out DIR] [--no-progress] [--no-plot]
     hcjax plot DIR
-    hcjax bench [--out DIR]
+    hcjax bench [--out DIR] [--quick]
     hcjax presets
 
 `run` validates the whole configuration before anything is compiled (a bad env, method,
@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("dir")
 
     bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
-    bench.add_argument("--out", default="bench", help="report directory (default bench/)")
+    bench.add_argument("--out", default="bench_out", help="report directory (default bench_out/)")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats (each script's --quick)")
 
     sub.add_parser("presets", help="print the presets and their reductions from the paper")
     return ap
@@ -111,7 +112,7 @@ def cmd_plot(args, ap) -> int:
 def cmd_bench(args, ap) -> int:
     from experiments import bench
 
-    report = bench.run(Path(args.out))
+    report = bench.run(Path(args.out), quick=args.quick)
     print(f"bench report: {report['paths']['json']}, {report['paths']['markdown']}")
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 

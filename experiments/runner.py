@@ -211,17 +211,26 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     return out
 
 
-def run_host_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
+def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
                   on_segment: Callable[[int], None] = lambda k: None) -> dict[str, np.ndarray]:
-    """Gymnasium envs: `agents.driver` steps them on the host (not sharded)."""
-    try:
-        from agents import driver
-    except ImportError as e:  # pragma: no cover - depends on the agents package
-        raise RuntimeError(f"{learner.env.name} is a gymnasium host env and needs agents.driver: {e}") from e
+    """Gymnasium envs: `agents.driver` steps one vector env per agent on the host, with the
+    policy, the PPO update and the tuner jitted and vmapped (not sharded)."""
+    import jax
+
+    from agents import driver
+
+    keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(int(s)))) for s in seed_ids])
+    done = [0]
+
+    def callback(info):
+        on_segment(info.iteration - done[0])
+        done[0] = info.iteration
+
     t0 = time.perf_counter()
-    out = driver.run(learner, [int(s) for s in seed_ids], iterations, eval_every=eval_every,
-                     callback=lambda info: on_segment(int(info.get("iterations", eval_every))))
-    out = {k: np.asarray(v) for k, v in out.items()}
+    res = driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback)
+    out = {k: np.asarray(v) for k, v in res.metrics.items()}
+    out["eval_iteration"] = np.asarray(res.eval_iterations, np.int32)
+    out["eval_reward"] = np.asarray(res.eval_returns, np.float32)
     out["train_seconds"] = time.perf_counter() - t0
     return out
 
@@ -290,7 +299,7 @@ def run_unit(plan: Plan, env: EnvChoice, method: str, key: str,
     seeds = np.arange(p.seeds)
     if environment.host:
         ids = seeds
-        out = run_host_unit(learner, ids, p.iterations, p.eval_every, on_segment)
+        out = run_host_unit(learner, tuner, ids, p.eval_every, on_segment)
         n_dev = 1
     else:
         n_dev = len(jax.devices())
