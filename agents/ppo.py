@@ -159,7 +159,8 @@ class Learner(NamedTuple):
     leading axis num_iterations); evaluate(state, key) -> scalar return (JAX envs only).
     Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
     obs_norm); value(state, obs) -> (E,); learn(state, traj) -> (state, metrics of one
-    iteration); n_steps(state) -> int32 valid rollout steps of the next iteration.
+    iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
+    mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax).
     """
 
     config: PPOConfig
@@ -173,6 +174,7 @@ class Learner(NamedTuple):
     value: Callable
     learn: Callable
     n_steps: Callable
+    mode: Callable
 
 
 # ---- pure building blocks (tested directly) ---------------------------------------------
@@ -328,6 +330,10 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
         key = jax.random.fold_in(jax.random.fold_in(state.key, 7), t)
         return act_with(state.params, state.obs_stats, jnp.asarray(obs, jnp.float32), key)
 
+    def mode(state, obs):
+        dist = actor.apply(state.params["actor"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32)))
+        return env_action(nets.mode(dist, discrete))
+
     def value(state, obs):
         return critic.apply(state.params["critic"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32)))
 
@@ -470,7 +476,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
 
     return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, init=init, iterate=iterate,
                    evaluate=evaluate, act=act, value=value, learn=learn,
-                   n_steps=lambda state: n_steps_of(state.hparams))
+                   n_steps=lambda state: n_steps_of(state.hparams), mode=mode)
 
 
 def make_train(config: PPOConfig, env, tuner) -> Callable:

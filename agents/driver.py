@@ -1,0 +1,243 @@
+"""Host-side segmented driver for long PPO runs of N vmapped agents.
+
+    result = run(config, env, tuner, keys, eval_every=10, callback=cb)
+
+JAX envs (Brax, gymnax): per segment one jitted, vmapped `lax.scan` of K iterations for
+all agents, then (every `eval_every` iterations) a jitted, vmapped deterministic
+evaluation. Host envs (gymnasium): each agent owns a `SyncVectorEnv` of num_envs
+copies; the rollout is stepped on the host with a jitted, vmapped policy, and the PPO
+update, the tuner's tell/ask and the metrics run in the same jitted `learn` as the JAX
+path, so both give the same metrics.
+
+`callback(info: SegmentInfo)` runs after every segment (checkpoints, progress bars,
+logs); returning True stops the run early. Resume with `states=` (e.g. a checkpoint).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.ppo import METRIC_KEYS, PPOConfig, make_learner
+
+
+@dataclasses.dataclass
+class SegmentInfo:
+    """What a callback sees after a segment.
+
+    iteration: iterations done so far; num_iterations: the run's total;
+    states: batched LearnerState (agents leading; device arrays);
+    metrics: this segment's metrics, numpy, each (n_agents, K, ...);
+    eval_returns: (n_agents,) numpy or None when no evaluation ran; elapsed_s: wall time.
+    """
+
+    iteration: int
+    num_iterations: int
+    states: Any
+    metrics: dict
+    eval_returns: np.ndarray | None
+    elapsed_s: float
+
+
+@dataclasses.dataclass
+class RunResult:
+    """metrics: each (n_agents, iterations, ...) numpy; eval_iterations: (n_evals,) the
+    iteration count at each evaluation; eval_returns: (n_agents, n_evals); states: final
+    batched LearnerState; wall_s: seconds; frames: (n_agents,) valid frames collected."""
+
+    metrics: dict
+    eval_iterations: np.ndarray
+    eval_returns: np.ndarray
+    states: Any
+    wall_s: float
+    frames: np.ndarray
+
+
+def run(config: PPOConfig, env, tuner, keys, *, eval_every: int = 10, segment: int | None = None,
+        callback: Callable[[SegmentInfo], Any] | None = None, states=None) -> RunResult:
+    """Train len(keys) agents for config.num_iterations iterations.
+
+    keys: (n_agents, 2) PRNG keys, one per agent (agent i = make_train(...)(keys[i])).
+    eval_every: evaluate every that many iterations (0: never). segment: iterations per
+    jitted segment (default eval_every, or 10 when eval_every is 0); a segment never
+    crosses an evaluation point. states: batched LearnerState to resume from.
+    """
+    if not isinstance(eval_every, int) or eval_every < 0:
+        raise ValueError(f"run: eval_every must be an integer >= 0, got {eval_every!r}")
+    seg = segment if segment is not None else (eval_every or 10)
+    if not isinstance(seg, int) or seg < 1:
+        raise ValueError(f"run: segment must be an integer >= 1, got {segment!r}")
+    keys = jnp.asarray(keys)
+    if keys.ndim != 2:
+        raise ValueError(f"run: keys must be (n_agents, 2) PRNG keys, got shape {keys.shape}")
+    learner = make_learner(config, env, tuner)
+    if env.host:
+        return _run_host(learner, keys, eval_every, seg, callback, states)
+    return _run_jax(learner, keys, eval_every, seg, callback, states)
+
+
+def _schedule(start: int, total: int, eval_every: int, seg: int):
+    """Segment lengths from `start` to `total` that stop at every evaluation point."""
+    done, out = start, []
+    while done < total:
+        k = min(seg, total - done)
+        if eval_every:
+            k = min(k, eval_every - done % eval_every)
+        out.append(k)
+        done += k
+    return out
+
+
+def _eval_keys(keys, iteration):
+    return jax.vmap(lambda k: jax.random.fold_in(jax.random.fold_in(k, 0x5EED), iteration))(keys)
+
+
+def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn):
+    cfg = learner.config
+    t0 = time.perf_counter()
+    if states is None:
+        states = init_fn(keys)
+    start = int(np.asarray(states.iteration).reshape(-1)[0])
+    chunks, eval_its, eval_rets = [], [], []
+    done = start
+    for k in _schedule(start, cfg.num_iterations, eval_every, seg):
+        states, metrics = segment_fn(states, k)
+        metrics = {name: np.asarray(v) for name, v in metrics.items()}
+        chunks.append(metrics)
+        done += k
+        rets = None
+        if eval_every and (done % eval_every == 0):
+            rets = np.asarray(eval_fn(states, _eval_keys(keys, done)))
+            eval_its.append(done)
+            eval_rets.append(rets)
+        if callback is not None:
+            stop = callback(SegmentInfo(iteration=done, num_iterations=cfg.num_iterations, states=states,
+                                        metrics=metrics, eval_returns=rets, elapsed_s=time.perf_counter() - t0))
+            if stop:
+                break
+    n = keys.shape[0]
+    if chunks:
+        metrics = {name: np.concatenate([c[name] for c in chunks], axis=1) for name in METRIC_KEYS}
+    else:
+        metrics = {name: np.zeros((n, 0)) for name in METRIC_KEYS}
+    ev = np.stack(eval_rets, axis=1) if eval_rets else np.zeros((n, 0), np.float32)
+    return RunResult(metrics=metrics, eval_iterations=np.asarray(eval_its, np.int64), eval_returns=ev,
+                     states=states, wall_s=time.perf_counter() - t0,
+                     frames=metrics["frames"].sum(axis=1) if chunks else np.zeros(n, np.int64))
+
+
+def _run_jax(learner, keys, eval_every, seg, callback, states):
+    init_fn = jax.jit(jax.vmap(learner.init))
+    compiled = {}
+
+    def segment_fn(states, k):
+        if k not in compiled:
+            compiled[k] = jax.jit(jax.vmap(lambda s: learner.iterate(s, k)))
+        return compiled[k](states)
+
+    eval_fn = jax.jit(jax.vmap(learner.evaluate))
+    return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)
+
+
+class HostRollout:
+    """The host half of the gymnasium path: one SyncVectorEnv per agent.
+
+    `collect(states)` steps the envs for each agent's own n_steps (from its batch size)
+    and returns the padded, masked trajectory (agents leading) for the jitted `learn`.
+    """
+
+    def __init__(self, learner, keys):
+        self.learner = learner
+        cfg, env = learner.config, learner.env
+        self.n = int(keys.shape[0])
+        self.E, self.T = cfg.num_envs, learner.max_steps
+        seeds = np.asarray(jax.vmap(lambda k: jax.random.randint(jax.random.fold_in(k, 0xE4F), (), 0, 2**30))(keys))
+        self.seeds = [int(s) for s in seeds]
+        self.vecs = [env.vector(self.E) for _ in range(self.n)]
+        self.obs = np.stack([v.reset(seed=s)[0] for v, s in zip(self.vecs, self.seeds)]).astype(np.float32)
+        self.running = np.zeros((self.n, self.E), np.float32)
+        self.act = jax.jit(jax.vmap(learner.act, in_axes=(0, 0, None)))
+        self.value = jax.jit(jax.vmap(learner.value))
+        self.n_steps = jax.jit(jax.vmap(learner.n_steps))
+        self.mode = jax.jit(jax.vmap(learner.mode))
+        self.eval_envs = None
+
+    def collect(self, states):
+        n, E, T = self.n, self.E, self.T
+        env = self.learner.env
+        n_steps = np.asarray(self.n_steps(states))
+        obs_size = env.obs_size
+        a_shape = () if env.discrete else (env.action_size,)
+        traj = dict(obs=np.zeros((n, T, E, obs_size), np.float32), raw_obs=np.zeros((n, T, E, obs_size), np.float32),
+                    action=np.zeros((n, T, E) + a_shape, np.int32 if env.discrete else np.float32),
+                    logp=np.zeros((n, T, E), np.float32), value=np.zeros((n, T, E), np.float32),
+                    reward=np.zeros((n, T, E), np.float32), ep_return=np.zeros((n, T, E), np.float32),
+                    done=np.zeros((n, T, E), bool), valid=np.zeros((n, T, E), bool), ep_done=np.zeros((n, T, E), bool))
+        for t in range(int(n_steps.max())):
+            out = {k: np.asarray(v) for k, v in self.act(states, self.obs, t).items()}
+            for i in range(n):
+                if t >= n_steps[i]:
+                    continue
+                nxt, r, term, trunc, _ = self.vecs[i].step(out["env_action"][i])
+                d = np.logical_or(term, trunc)
+                r = np.asarray(r, np.float32)
+                acc = self.running[i] + r
+                traj["obs"][i, t], traj["raw_obs"][i, t] = out["obs_norm"][i], self.obs[i]
+                traj["action"][i, t], traj["logp"][i, t], traj["value"][i, t] = out["action"][i], out["logp"][i], out["value"][i]
+                traj["reward"][i, t], traj["done"][i, t], traj["valid"][i, t] = r, d, True
+                traj["ep_done"][i, t], traj["ep_return"][i, t] = d, np.where(d, acc, 0.0)
+                self.running[i] = np.where(d, 0.0, acc)
+                self.obs[i] = nxt  # same-step auto-reset: the next episode's first obs where done
+        traj["last_value"] = np.asarray(self.value(states, self.obs))
+        return traj
+
+    def evaluate(self, states, max_steps: int, iteration: int):
+        """(n,) deterministic returns of one episode per agent (at most max_steps steps)."""
+        if self.eval_envs is None:
+            self.eval_envs = [self.learner.env.single() for _ in range(self.n)]
+        obs = np.stack([e.reset(seed=s + 7919 * (iteration + 1))[0] for e, s in zip(self.eval_envs, self.seeds)])
+        obs = obs.astype(np.float32)
+        ret = np.zeros(self.n, np.float64)
+        alive = np.ones(self.n, bool)
+        for _ in range(max_steps):
+            actions = np.asarray(self.mode(states, obs))
+            for i in range(self.n):
+                if alive[i]:
+                    o, r, term, trunc, _ = self.eval_envs[i].step(actions[i])
+                    ret[i] += r
+                    obs[i] = o
+                    alive[i] = not (term or trunc)
+            if not alive.any():
+                break
+        return ret.astype(np.float32)
+
+    def close(self):
+        for v in self.vecs:
+            v.close()
+        for e in self.eval_envs or []:
+            e.close()
+
+
+def _run_host(learner, keys, eval_every, seg, callback, states):
+    rollout = HostRollout(learner, keys)
+    learn = jax.jit(jax.vmap(learner.learn))
+    init_fn = jax.jit(jax.vmap(learner.init))
+
+    def segment_fn(states, k):
+        ms = []
+        for _ in range(k):
+            states, m = learn(states, rollout.collect(states))
+            ms.append(m)
+        return states, jax.tree.map(lambda *x: jnp.stack(x, axis=1), *ms)
+
+    def eval_fn(states, _keys):
+        return rollout.evaluate(states, learner.config.eval_steps, int(np.asarray(states.iteration)[0]))
+
+    try:
+        return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)
+    finally:
+        rollout.close()
