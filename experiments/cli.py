@@ -1,7 +1,7 @@
 """The `hcjax` command (also `python -m experiments`).
 
     hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
-              [--iterations N] [--out DIR] [--no-progress] [--no-plot]
+              [--iterations N] [--out DIR] [--no-progress] [--no-plot] [--distributed]
     hcjax plot DIR
     hcjax bench [--out DIR] [--quick]
     hcjax presets
@@ -40,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="study directory (default results/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
+    run.add_argument("--distributed", action="store_true",
+                     help="call jax.distributed.initialize() first (multi-host: one process per host)")
 
     plot = sub.add_parser("plot", help="write Figures 1-2 and the tables of a study directory")
     plot.add_argument("dir")
@@ -72,6 +74,10 @@ def cmd_run(args, ap) -> int:
     except ValueError as e:
         ap.error(str(e))
     out = Path(args.out or Path("results") / plan.preset.name)
+    if args.distributed:
+        import jax
+
+        jax.distributed.initialize()  # coordinator, process count and id from the environment
     from experiments import runner
 
     try:
@@ -86,6 +92,10 @@ def cmd_run(args, ap) -> int:
         runner.run(plan, out, progress=not args.no_progress)
     except ValueError as e:
         ap.error(str(e))
+    import jax
+
+    if jax.process_index() != 0:  # only process 0 writes and reports
+        return 0
     print(runner.summary(out), flush=True)
     if not args.no_plot:
         from experiments import plots

@@ -353,6 +353,7 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
     from tqdm.auto import tqdm
 
     paths = []
+    progress = progress and jax.process_index() == 0
     bar = tqdm(total=len(units), desc="units", unit="unit", disable=not progress, position=0, file=sys.stderr)
     with bar:
         for env, method in units:

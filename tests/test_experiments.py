@@ -181,3 +181,13 @@ def test_four_host_devices_give_the_same_numbers_as_one(tmp_path):
     assert one.meta["n_devices"] == 1 and one.meta["n_agents"] == 3
     for name in R.SEED_METRICS + ("eval_reward",):
         np.testing.assert_allclose(getattr(four, name), getattr(one, name), rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_bench_report_names_device_and_tolerates_missing_scripts(tmp_path):
+    from experiments import bench
+
+    report = bench.run(tmp_path, scripts=("bench_not_written_yet",))
+    assert report["benchmarks"]["bench_not_written_yet"]["status"] == "missing"
+    text = (tmp_path / "report.md").read_text()
+    assert "Device: **cpu" in text and "bench_not_written_yet: missing" in text
+    assert R.device_info()["devices"] == report["device"]["devices"]
