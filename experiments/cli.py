@@ -14,6 +14,7 @@ figures and tables (as `hcjax plot DIR`) and prints the results table.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -127,7 +128,21 @@ def cmd_bench(args, ap) -> int:
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 
 
+def cpu_workaround() -> None:
+    """Run XLA:CPU's Eigen ops single-threaded unless XLA_FLAGS says otherwise.
+
+    With its multi-threaded Eigen pool, XLA:CPU intermittently wedges (every thread in
+    a futex wait, forever) while materialising the result of a vmapped program, as our
+    Brax units did here (PyAutoFit issue 1530 reports the same and this workaround).
+    Only effective before JAX initialises its backend; the flag is ignored on GPUs.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+
+
 def main(argv: list[str] | None = None) -> int:
+    cpu_workaround()
     ap = parser()
     args = ap.parse_args(argv)
     if args.command == "run":
