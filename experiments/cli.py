@@ -2,11 +2,14 @@
 
     hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
               [--iterations N] [--out DIR] [--no-progress] [--no-plot] [--distributed]
+              [--stall-timeout S] [--max-restarts N] [--no-watchdog]
     hcjax plot DIR
     hcjax bench [--out DIR] [--quick]
     hcjax presets
 
-`run` validates the whole configuration before anything is compiled (a bad env, method,
+`run` runs the study in a worker process and restarts it (it resumes) when it makes no
+progress for --stall-timeout seconds (XLA:CPU sometimes never completes a vmapped Brax
+program; see `supervise`). It validates the whole configuration before anything is compiled (a bad env, method,
 preset or count exits with status 2 and a message naming the field and the allowed
 values), resumes in an existing DIR (finished units are skipped), then writes the
 figures and tables (as `hcjax plot DIR`) and prints the results table.
@@ -43,6 +46,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
     run.add_argument("--distributed", action="store_true",
                      help="call jax.distributed.initialize() first (multi-host: one process per host)")
+    run.add_argument("--stall-timeout", type=float, default=900.0,
+                     help="restart the run (resuming) after this many seconds without progress (default 900)")
+    run.add_argument("--max-restarts", type=int, default=5, help="restarts allowed after stalls (default 5)")
+    run.add_argument("--no-watchdog", action="store_true", help="run in this process, without the restarter")
 
     plot = sub.add_parser("plot", help="write Figures 1-2 and the tables of a study directory")
     plot.add_argument("dir")
@@ -68,13 +75,57 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def cmd_run(args, ap) -> int:
+WORKER = "HCJAX_RUN_WORKER"
+
+
+def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: int = 5) -> int:
+    """Run `hcjax run ARGV` in a worker process; restart it (it resumes) when its
+    heartbeat file is older than `stall_timeout` seconds.
+
+    XLA:CPU occasionally never completes a vmapped Brax program here (every thread idle
+    in a futex wait, no CPU used): rare enough per unit, certain over a two-hour study.
+    Killing the worker loses only the unit in flight, which the restart runs again.
+    """
+    import subprocess
+    import time
+
+    from experiments.runner import HEARTBEAT
+
+    env = dict(os.environ, **{WORKER: "1"})
+    beat = out / HEARTBEAT
+    for attempt in range(max_restarts + 1):
+        start = time.time()
+        proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], env=env)
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                last = max(start, beat.stat().st_mtime if beat.exists() else start)
+                if time.time() - last > stall_timeout:
+                    print(f"hcjax run: no progress for {stall_timeout:.0f} s; restarting the run "
+                          f"(finished units are kept)", file=sys.stderr, flush=True)
+                    proc.kill()
+                    proc.wait()
+                    break
+            else:
+                return proc.returncode
+        except BaseException:
+            proc.kill()
+            raise
+    print(f"hcjax run: gave up after {max_restarts} restart(s)", file=sys.stderr)
+    return 1
+
+
+def cmd_run(args, ap, argv) -> int:
     try:
         plan = presets.resolve(args.preset, envs=_names(args.envs), methods=_names(args.methods),
                                seeds=args.seeds, iterations=args.iterations)
     except ValueError as e:
         ap.error(str(e))
     out = Path(args.out or Path("results") / plan.preset.name)
+    if not (args.no_watchdog or args.distributed or os.environ.get(WORKER)):
+        if not args.stall_timeout > 0:
+            ap.error(f"--stall-timeout must be > 0 seconds, got {args.stall_timeout}")
+        return supervise(argv, out, args.stall_timeout, max(0, args.max_restarts))
     if args.distributed:
         import jax
 
@@ -128,25 +179,11 @@ def cmd_bench(args, ap) -> int:
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 
 
-def cpu_workaround() -> None:
-    """Run XLA:CPU's Eigen ops single-threaded unless XLA_FLAGS says otherwise.
-
-    With its multi-threaded Eigen pool, XLA:CPU intermittently wedges (every thread in
-    a futex wait, forever) while materialising the result of a vmapped program, as our
-    Brax units did here (PyAutoFit issue 1530 reports the same and this workaround).
-    Only effective before JAX initialises its backend; the flag is ignored on GPUs.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_multi_thread_eigen" not in flags:
-        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
-
-
 def main(argv: list[str] | None = None) -> int:
-    cpu_workaround()
     ap = parser()
     args = ap.parse_args(argv)
     if args.command == "run":
-        return cmd_run(args, ap)
+        return cmd_run(args, ap, list(sys.argv[1:] if argv is None else argv))
     if args.command == "plot":
         return cmd_plot(args, ap)
     if args.command == "bench":

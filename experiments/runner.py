@@ -250,21 +250,14 @@ def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int
     n, T = objectives.shape
     with jax.default_device(cpu):
         keys = jax.random.split(jax.random.key(seed), (T + 1) * n).reshape(T + 1, n)
-        x = jnp.asarray(np.nan_to_num(objectives, nan=np.nan).astype(np.float32))
+        x = jnp.asarray(np.asarray(objectives, np.float32))
         init = jax.jit(jax.vmap(tuner.init))
         ask = jax.jit(jax.vmap(tuner.ask))
-
-        def tell_ask(state, objective, key):
-            state = jax.vmap(tuner.tell)(state, objective)
-            return jax.vmap(tuner.ask)(state, key)
-
         tell = jax.jit(jax.vmap(tuner.tell))
-        tell_ask = jax.jit(tell_ask)
         state = init(jax.random.split(jax.random.key(seed + 1), n))
-        # warm-up: compile every variant on a throwaway state
+        # warm-up: compile both programs on a throwaway state
         jax.block_until_ready(ask(state, keys[0]))
         jax.block_until_ready(tell(state, x[:, 0]))
-        jax.block_until_ready(tell_ask(state, x[:, 0], keys[0]))
         columns = [x[:, t] for t in range(T)]
         jax.block_until_ready(columns)
         times = np.zeros(T)
@@ -274,14 +267,10 @@ def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int
         times[0] = time.perf_counter() - t0
         for t in range(T):
             do_tell, do_ask = t >= 1, (t + 1) % tune_every == 0
-            if not (do_tell or do_ask):
-                continue
             t0 = time.perf_counter()
-            if do_tell and do_ask:
-                state, _ = tell_ask(state, columns[t], keys[t + 1])
-            elif do_tell:
+            if do_tell:
                 state = tell(state, columns[t])
-            else:
+            if do_ask:
                 state, _ = ask(state, keys[t + 1])
             jax.block_until_ready(state)
             times[t] += time.perf_counter() - t0
@@ -350,6 +339,7 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
     out.mkdir(parents=True, exist_ok=True)
     if jax.process_index() == 0:
         R.write_manifest(out, plan.to_dict(), R.config_key(plan.to_dict()))
+    heartbeat(out)
     from tqdm.auto import tqdm
 
     paths = []
@@ -366,14 +356,28 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
             bar.set_postfix_str(f"{env.label} / {method}")
             inner = tqdm(total=plan.preset.iterations, desc=f"{env.label}/{method}", unit="it", leave=False,
                          disable=not progress, position=1, file=sys.stderr)
+
+            def on_segment(k):
+                inner.update(k)
+                heartbeat(out)
+
+            heartbeat(out)
             with inner:
-                result = run_unit(plan, env, method, key, on_segment=inner.update)
+                result = run_unit(plan, env, method, key, on_segment=on_segment)
             if jax.process_index() == 0:
                 paths.append(R.save_unit(out, result))
             log(f"done {env.label} / {method}: {result.meta['unit_seconds']:.1f} s "
                 f"(tuning {result.meta['tuner_seconds']:.3g} s)")
             bar.update(1)
     return paths
+
+
+HEARTBEAT = ".heartbeat"
+
+
+def heartbeat(out: Path) -> None:
+    """Touch OUT/.heartbeat: the supervisor (`experiments.cli`) restarts a run without one for too long."""
+    (Path(out) / HEARTBEAT).touch()
 
 
 def summary(out: str | Path) -> str:

@@ -191,3 +191,12 @@ def test_bench_report_names_device_and_tolerates_missing_scripts(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert "Device: **cpu" in text and "bench_not_written_yet: missing" in text
     assert R.device_info()["devices"] == report["device"]["devices"]
+
+
+def test_watchdog_restarts_a_run_without_progress(tmp_path):
+    # A 1-second stall timeout fires while the worker is still starting up / compiling.
+    proc = hcjax(["run", *TINY, "--methods", "fixed", "--seeds", "1", "--out", str(tmp_path / "w"),
+                  "--stall-timeout", "1", "--max-restarts", "1"])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out
+    assert out.count("no progress for 1 s; restarting") == 2 and "gave up after 1 restart(s)" in out
