@@ -152,7 +152,8 @@ PRESETS: dict[str, Preset] = {
         tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
         paths=CPU_PATHS,
         description="all six methods + fixed on the five paper environments, 3 seeds, 100 iterations "
-                    "of 256-1536 frames, 2x64 networks, 4 epochs; Brax where it is much faster",
+                    "of 256-1536 frames, 2x64 networks, 4 epochs; Brax where it is much faster; "
+                    "about 90 min on an idle 2-core CPU (estimated from 20-iteration units)",
         reductions=(
             "3 seeds instead of 10", "100 iterations instead of 1000",
             "batch size (frames per iteration) in [256, 1536] instead of [1000, 6000] "
