@@ -59,7 +59,10 @@ class PPOConfig:
 
     learning_rate, clip_eps, gae_lambda, batch_size are used only when the tuner's space
     does not contain a hyperparameter of that name. max_batch_size: the rollout's
-    fixed maximum (None: the space's batch_size upper bound, else batch_size).
+    fixed maximum (None: the space's batch_size upper bound, else batch_size); a batch
+    size above it is clipped to it (metrics "frames" shows what was collected).
+    reward_scale multiplies rewards for GAE and the value targets only (metrics and the
+    objective use raw rewards). num_minibatches must not exceed the maximum batch.
     """
 
     num_iterations: int = 1000
