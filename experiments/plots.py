@@ -251,6 +251,10 @@ def plot(out: str | os.PathLike) -> dict[str, Path]:
     if dev:
         head += f"Devices: {dev.get('backend')} x{dev.get('local_device_count')} ({dev.get('device_kind')}); " \
                 f"commit {manifest.get('git', {}).get('commit')}.\n\n"
+    stalled = sorted(p.name.split(".stalled")[0] for p in (out / R.UNITS).glob("*.stalled.json"))
+    if stalled:
+        head += ("Units skipped after repeated XLA:CPU stalls (empty cells below): "
+                 + ", ".join(f"`{u}`" for u in stalled) + ".\n\n")
     report = head + "".join(f"## {k}\n\n{v}\n" for k, v in tables.items())
     report += "".join(f"![{k}](figures/{Path(p).name})\n\n" for k, p in paths.items() if str(p).endswith(".png"))
     paths["report"] = out / "report.md"

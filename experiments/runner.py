@@ -28,6 +28,7 @@ in parallel, and at most that times the seed count on a serial one.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -353,6 +354,14 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
                 bar.update(1)
                 paths.append(R.unit_path(out, env.label, method))
                 continue
+            stalled = stalled_path(out, env.label, method)
+            if stalled.exists():
+                log(f"skip {env.label} / {method}: it stalled repeatedly (see {stalled}); delete that file to retry")
+                bar.update(1)
+                continue
+            R.atomic_write_text(Path(out) / INFLIGHT, R.unit_name(env.label, method))
+            if os.environ.get(STALL_FOR_TEST) == R.unit_name(env.label, method):
+                time.sleep(3600)  # fault injection for the watchdog test: a hang without heartbeats
             bar.set_postfix_str(f"{env.label} / {method}")
             inner = tqdm(total=plan.preset.iterations, desc=f"{env.label}/{method}", unit="it", leave=False,
                          disable=not progress, position=1, file=sys.stderr)
@@ -373,6 +382,13 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
 
 
 HEARTBEAT = ".heartbeat"
+INFLIGHT = ".inflight"  # the unit being run, for the supervisor
+STALL_FOR_TEST = "HCJAX_STALL_FOR_TEST"  # a unit name: the worker hangs there (tests only)
+
+
+def stalled_path(out: str | Path, env: str, method: str) -> Path:
+    """Marker the supervisor writes for a unit that stalled too often; `run` skips it."""
+    return Path(out) / R.UNITS / f"{R.unit_name(env, method)}.stalled.json"
 
 
 def heartbeat(out: Path) -> None:
@@ -385,4 +401,6 @@ def summary(out: str | Path) -> str:
     from experiments import plots
 
     units = R.load_units(out)
+    if not units:
+        return f"no finished units in {Path(out) / R.UNITS}"
     return plots.results_table(units) + "\n" + plots.success_table(units)
