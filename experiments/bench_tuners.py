@@ -1,0 +1,176 @@
+"""Per-decision cost of every tuner: one compiled ask + tell, after warm-up.
+
+    python -m experiments.bench_tuners [--quick] [--out FILE]
+
+For the GP methods (gp_ucb, pb2) the ring buffer has N = 50, 200, 1000 rows and is
+pre-filled to N valid observations (their cost depends on N, O(N^3)); the other methods
+do not depend on N. Each is timed for 1 agent and for 64 agents under `jax.vmap`
+(median of repeats, `block_until_ready`). Prints a table with the ratio of each
+method to hypercontroller (same agent count) and writes JSON atomically (temp file +
+os.replace). With `ray[tune]` (the `compare` extra) installed it also times one
+decision of Ray Tune's PB2 selection (`_select_config`, one trial, 4 hyperparameters)
+at N = 50 and 200; otherwise it says that the comparison is skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hcjax
+
+GP_METHODS = ("gp_ucb", "pb2")
+OTHER_METHODS = ("hypercontroller", "fixed", "random", "random_start", "hyperband")
+
+
+def prefill(tuner, n: int):
+    """init(key) -> state whose ring buffer holds n valid observations of random configurations."""
+
+    def fill(key):
+        k_init, k_fill = jax.random.split(key)
+        state = tuner.init(k_init)
+
+        def step(state, key):
+            k_u, k_y = jax.random.split(key)
+            state = state.replace(current=jax.random.uniform(k_u, state.current.shape))
+            return tuner.tell(state, jax.random.normal(k_y)), None
+
+        state, _ = jax.lax.scan(step, state, jax.random.split(k_fill, n))
+        return state
+
+    return fill
+
+
+def time_method(name: str, n: int | None, agents: int, repeats: int, warmup: int = 2) -> dict:
+    """Median seconds of one ask + tell (compiled) for `agents` vmapped agents."""
+    space = hcjax.ppo_space()
+    opts = {"buffer": n} if name in GP_METHODS else {}
+    tuner = hcjax.make_tuner(name, space, **opts)
+    init = prefill(tuner, n) if name in GP_METHODS else tuner.init
+
+    def decision(state, key, objective):
+        state, values = tuner.ask(state, key)
+        return tuner.tell(state, objective), values
+
+    keys = jax.random.split(jax.random.key(0), agents)
+    states = jax.jit(jax.vmap(init))(keys)
+    step = jax.jit(jax.vmap(decision)) if agents > 1 else jax.jit(decision)
+    if agents == 1:
+        states = jax.tree_util.tree_map(lambda a: a[0], states)
+    t0 = time.perf_counter()
+    compiled = step.lower(states, keys if agents > 1 else keys[0],
+                          jnp.zeros((agents,) if agents > 1 else ())).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for r in range(warmup + repeats):
+        k = jax.random.split(jax.random.key(r + 1), agents)
+        obj = jax.random.normal(jax.random.key(10_000 + r), (agents,))
+        args = (k, obj) if agents > 1 else (k[0], obj[0])
+        t0 = time.perf_counter()
+        states, values = compiled(states, *args)
+        jax.block_until_ready((states, values))
+        if r >= warmup:
+            times.append(time.perf_counter() - t0)
+    assert np.all(np.isfinite(np.asarray(values)))
+    return {"method": name, "N": n, "agents": agents, "median_s": statistics.median(times),
+            "min_s": min(times), "repeats": repeats, "compile_s": compile_s}
+
+
+def time_ray_pb2(n: int, repeats: int) -> dict | None:
+    """Median seconds of Ray Tune's PB2 `_select_config` on n observations, or None."""
+    try:
+        from ray.tune.schedulers import pb2 as ray_pb2
+    except Exception:  # noqa: BLE001 - any import failure means: not available
+        return None
+    select = getattr(ray_pb2, "_select_config", None) or getattr(ray_pb2, "select_config", None)
+    if select is None:
+        return None
+    space = hcjax.ppo_space()
+    rng = np.random.default_rng(0)
+    bounds = {p.name: [p.low, p.high] for p in space.hyperparameters}
+    hp = space.low + rng.uniform(size=(n, space.h)) * (space.high - space.low)
+    y = rng.normal(size=n)
+    reward_before = np.concatenate([[0.0], np.cumsum(y)[:-1]])
+    X = np.column_stack([np.arange(n, dtype=float), reward_before, hp])
+    newpoint = np.array([float(n), float(np.sum(y))])
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        select(X, y, None, newpoint, bounds, 2)
+        times.append(time.perf_counter() - t0)
+    return {"method": "ray_pb2", "N": n, "agents": 1, "median_s": statistics.median(times),
+            "min_s": min(times), "repeats": repeats, "compile_s": 0.0}
+
+
+def table(rows: list[dict]) -> str:
+    hc = {r["agents"]: r["median_s"] for r in rows if r["method"] == "hypercontroller"}
+    lines = [f"{'method':16s} {'N':>5s} {'agents':>6s} {'ms/decision':>12s} {'x hypercontroller':>18s} "
+             f"{'compile s':>9s}"]
+    for r in rows:
+        ratio = r["median_s"] / hc[r["agents"]] if r["agents"] in hc else float("nan")
+        n = "-" if r["N"] is None else str(r["N"])
+        lines.append(f"{r['method']:16s} {n:>5s} {r['agents']:>6d} {r['median_s'] * 1e3:12.3f} {ratio:18.1f} "
+                     f"{r['compile_s']:9.1f}")
+    return "\n".join(lines)
+
+
+def write_json(path: str, payload: dict):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tuners.", suffix=".json.tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, N = 1000 only for one agent")
+    parser.add_argument("--out", default="bench_out/tuners.json")
+    args = parser.parse_args(argv)
+    repeats = 3 if args.quick else 10
+    rows = []
+    for agents in (1, 64):
+        for name in OTHER_METHODS:
+            rows.append(time_method(name, None, agents, repeats * 5))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+        for name in GP_METHODS:
+            for n in (50, 200, 1000):
+                if args.quick and agents > 1 and n == 1000:
+                    continue
+                reps = max(2, repeats // (4 if agents > 1 and n == 1000 else 1))
+                rows.append(time_method(name, n, agents, reps))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    ray_rows = [r for r in (time_ray_pb2(n, 3) for n in (50, 200)) if r is not None]
+    if ray_rows:
+        rows.extend(ray_rows)
+    else:
+        print("Ray Tune PB2 comparison skipped: ray[tune] (the `compare` extra) is not installed.")
+    print()
+    print(table(rows))
+    target = {r["method"]: r["median_s"] * 1e3 for r in rows
+              if r["method"] in GP_METHODS and r["N"] == 1000 and r["agents"] == 1}
+    for name, ms in target.items():
+        print(f"target {name} N=1000, 1 agent <= 50 ms: {ms:.1f} ms ({'met' if ms <= 50 else 'NOT met'})")
+    payload = {"rows": rows, "quick": args.quick, "jax": jax.__version__, "backend": jax.default_backend(),
+               "cpu_count": os.cpu_count(), "platform": platform.platform(),
+               "ray_compared": bool(ray_rows), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_json(args.out, payload)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

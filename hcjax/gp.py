@@ -1,0 +1,224 @@
+"""Fixed-size, masked Gaussian-process primitives shared by `gp_ucb` and `pb2`.
+
+Every array has a fixed shape; observations that do not exist (empty ring-buffer slots,
+ignored objectives) are switched off by a boolean mask instead of being removed. A
+masked row/column of a kernel matrix is replaced by the identity row/column, so the
+matrix stays positive definite, its Cholesky factor has a unit diagonal there, masked
+targets are zero and contribute nothing to the posterior or to the likelihood.
+
+Kernels are correlations (unit signal variance); the signal variance `v` multiplies
+them outside, so the model is  K = v (C + r I)  with noise ratio r = noise / v.
+All functions are pure jnp, float32, and work under `jit` and `vmap`.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+
+# Jitter added to the diagonal, as a fraction of its mean, on successive Cholesky tries.
+JITTERS = (1e-6, 1e-2)
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def sq_dist(x1: jax.Array, x2: jax.Array) -> jax.Array:
+    """(n, D), (m, D) -> (n, m) squared Euclidean distances (clamped at 0)."""
+    d2 = jnp.sum(x1 * x1, -1)[:, None] + jnp.sum(x2 * x2, -1)[None, :] - 2.0 * x1 @ x2.T
+    return jnp.maximum(d2, 0.0)
+
+
+def se_kernel(x1: jax.Array, x2: jax.Array, lengthscale) -> jax.Array:
+    """(n, D), (m, D) -> (n, m) squared-exponential correlation exp(-|x - x'|^2 / (2 l^2))."""
+    return jnp.exp(-0.5 * sq_dist(x1, x2) / (lengthscale * lengthscale))
+
+
+def tv_se_kernel(t1: jax.Array, x1: jax.Array, t2: jax.Array, x2: jax.Array, lengthscale, eps) -> jax.Array:
+    """(n,), (n, D), (m,), (m, D) -> (n, m) time-varying SE correlation of PB2:
+
+        exp(-|x - x'|^2 / (2 l^2)) (1 - eps)^(|t - t'| / 2)
+
+    (the paper writes exp(-|x - x'|^2 / l'), i.e. l' = 2 l^2). eps in (0, 1).
+    """
+    dt = jnp.abs(t1[:, None] - t2[None, :])
+    return se_kernel(x1, x2, lengthscale) * jnp.exp(0.5 * dt * jnp.log1p(-eps))
+
+
+def masked_gram(C: jax.Array, mask: jax.Array, noise_ratio) -> jax.Array:
+    """(n, n) correlation, (n,) bool -> (n, n) C + r I on valid rows/columns, identity elsewhere."""
+    both = mask[:, None] & mask[None, :]
+    eye = jnp.eye(C.shape[-1], dtype=C.dtype)
+    return jnp.where(both, C + noise_ratio * eye, eye)
+
+
+BLOCK = 128  # block size of the triangular solves
+
+
+def _inverse_lower(L: jax.Array) -> jax.Array:
+    """(b, b) lower triangular -> its inverse, by recursive 2 x 2 block inversion
+    [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]] down to 16 x 16 blocks
+    (XLA's CPU triangular solve is slow for large matrix right-hand sides)."""
+    n = L.shape[-1]
+    if n <= 16:
+        return solve_triangular(L, jnp.eye(n, dtype=L.dtype), lower=True)
+    k = n // 2
+    a_inv, d_inv = _inverse_lower(L[:k, :k]), _inverse_lower(L[k:, k:])
+    c = -d_inv @ (L[k:, :k] @ a_inv)
+    return jnp.block([[a_inv, jnp.zeros((k, n - k), L.dtype)], [c, d_inv]])
+
+
+def _blocks(n: int, block: int) -> list[tuple[int, int]]:
+    return [(k0, min(k0 + block, n)) for k0 in range(0, n, block)]
+
+
+def diagonal_inverses(L: jax.Array, block: int = BLOCK) -> list[jax.Array]:
+    """(n, n) lower triangular -> inverses of its diagonal blocks [(b_k, b_k)], computed
+    batched (one (n // block, block, block) call) plus the last partial block."""
+    n = L.shape[-1]
+    full = n // block
+    out = []
+    if full:
+        diag = jnp.stack([L[k0:k0 + block, k0:k0 + block] for k0 in range(0, full * block, block)])
+        out = list(jax.vmap(_inverse_lower)(diag))
+    if n % block:
+        out.append(_inverse_lower(L[full * block:, full * block:]))
+    return out
+
+
+def solve_lower(L: jax.Array, B: jax.Array, inverses=None, block: int = BLOCK) -> jax.Array:
+    """(n, n) lower triangular, (n,) or (n, m) -> L^-1 B by blocked forward substitution:
+    matrix products only, given the `diagonal_inverses` of L (computed if None)."""
+    inverses = diagonal_inverses(L, block) if inverses is None else inverses
+    vec = B.ndim == 1
+    B = B[:, None] if vec else B
+    out = []
+    for (k0, k1), inv in zip(_blocks(L.shape[-1], block), inverses):
+        rhs = B[k0:k1]
+        if k0 > 0:
+            rhs = rhs - L[k0:k1, :k0] @ jnp.concatenate(out, 0)
+        out.append(inv @ rhs)
+    X = jnp.concatenate(out, 0)
+    return X[:, 0] if vec else X
+
+
+def solve_upper_t(L: jax.Array, B: jax.Array, inverses=None, block: int = BLOCK) -> jax.Array:
+    """(n, n) lower triangular, (n,) or (n, m) -> L^-T B by blocked back substitution."""
+    inverses = diagonal_inverses(L, block) if inverses is None else inverses
+    vec = B.ndim == 1
+    B = B[:, None] if vec else B
+    n, out = L.shape[-1], []
+    for (k0, k1), inv in reversed(list(zip(_blocks(n, block), inverses))):
+        rhs = B[k0:k1]
+        if k1 < n:
+            rhs = rhs - L[k1:, k0:k1].T @ jnp.concatenate(out[::-1], 0)
+        out.append(inv.T @ rhs)
+    X = jnp.concatenate(out[::-1], 0)
+    return X[:, 0] if vec else X
+
+
+def cholesky(K: jax.Array, jitters=JITTERS) -> tuple[jax.Array, jax.Array]:
+    """(n, n) SPD -> lower factor L (n, n) and the jitter used (scalar).
+
+    Tries K + j * mean(diag K) * I for j in `jitters` in order and keeps the first
+    finite factor (all tries computed, selected by jnp.where). If every
+    try fails, returns the diagonal factor sqrt(diag K) (finite, crude), jitter = -1.
+    """
+    n = K.shape[-1]
+    scale = jnp.mean(jnp.diagonal(K))
+    scale = jnp.where(jnp.isfinite(scale) & (scale > 0), scale, 1.0)
+    eye = jnp.eye(n, dtype=K.dtype)
+    js = jnp.asarray(jitters, K.dtype)
+
+    # Every try is computed and the first finite one selected with jnp.where: no control
+    # flow at all (XLA's CPU runtime deadlocked here on lax.cond / vmapped lax.while_loop
+    # around the LAPACK call), at the price of len(jitters) factorisations.
+    L, used = jnp.full_like(K, jnp.nan), jnp.zeros((), K.dtype)
+    for j in reversed(jitters):
+        Lj = jnp.linalg.cholesky(K + j * scale * eye)
+        good = jnp.all(jnp.isfinite(Lj))
+        L, used = jnp.where(good, Lj, L), jnp.where(good, j * scale, used)
+    ok = jnp.all(jnp.isfinite(L))
+    diag = jnp.diagonal(K)
+    fallback = jnp.diag(jnp.where(jnp.isfinite(diag) & (diag > 0), jnp.sqrt(jnp.abs(diag)), 1.0))
+    jitter = jnp.where(ok, used, -1.0)
+    return jnp.where(ok, L, fallback), jitter
+
+
+class Posterior(NamedTuple):
+    """A GP conditioned on masked data. L: (n, n) Cholesky of C + r I (masked);
+    inverses: inverses of L's diagonal blocks (`diagonal_inverses`); alpha: (n,)
+    (C + r I)^-1 y; variance: profiled signal variance v; mask: (n,) bool."""
+
+    L: jax.Array
+    inverses: list
+    alpha: jax.Array
+    variance: jax.Array
+    mask: jax.Array
+
+
+def condition(C: jax.Array, y: jax.Array, mask: jax.Array, noise_ratio, variance=None) -> Posterior:
+    """(n, n) correlation, (n,) targets, (n,) bool -> Posterior.
+
+    `variance`=None profiles the signal variance: v = y^T (C + r I)^-1 y / n_valid (its
+    maximum-likelihood value), floored at 1e-6.
+    """
+    y = jnp.where(mask, y, 0.0)
+    L, _ = cholesky(masked_gram(C, mask, noise_ratio))
+    inverses = diagonal_inverses(L)
+    alpha = solve_upper_t(L, solve_lower(L, y, inverses), inverses)
+    if variance is None:
+        n = jnp.maximum(jnp.sum(mask), 1)
+        variance = jnp.maximum(jnp.dot(y, alpha) / n, 1e-6)
+    return Posterior(L, inverses, alpha, jnp.asarray(variance, y.dtype), mask)
+
+
+def predict(post: Posterior, Cs: jax.Array, prior_diag=1.0) -> tuple[jax.Array, jax.Array]:
+    """(n, m) correlations between data and m test points -> mean (m,), latent variance (m,).
+
+    mean = Cs^T alpha, variance = v (prior_diag - |L^-1 Cs|^2), clamped at 0.
+    """
+    Cs = jnp.where(post.mask[:, None], Cs, 0.0)
+    mean = Cs.T @ post.alpha
+    w = solve_lower(post.L, Cs, post.inverses)
+    var = post.variance * jnp.maximum(prior_diag - jnp.sum(w * w, axis=0), 0.0)
+    return mean, var
+
+
+def log_marginal_likelihood(post: Posterior, y: jax.Array) -> jax.Array:
+    """Scalar log p(y | K = v (C + r I)) over the valid entries of `post.mask`."""
+    y = jnp.where(post.mask, y, 0.0)
+    n = jnp.sum(post.mask)
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(post.L))) + n * jnp.log(post.variance)
+    return -0.5 * jnp.dot(y, post.alpha) / post.variance - 0.5 * logdet - 0.5 * n * LOG_2PI
+
+
+def standardize(y: jax.Array, mask: jax.Array) -> jax.Array:
+    """(n,), (n,) bool -> (n,) (y - mean) / std over the valid entries, 0 elsewhere.
+
+    Two-pass moments; std < 1e-12 * (1 + |mean|) (constant targets) is replaced by 1.
+    """
+    n = jnp.maximum(jnp.sum(mask), 1)
+    y = jnp.where(mask, y, 0.0)
+    mean = jnp.sum(y) / n
+    centred = jnp.where(mask, y - mean, 0.0)
+    std = jnp.sqrt(jnp.sum(centred * centred) / n)
+    std = jnp.where(std > 1e-12 * (1.0 + jnp.abs(mean)), std, 1.0)
+    return centred / std
+
+
+def minmax_scale(z: jax.Array, mask: jax.Array, extra: jax.Array | None = None):
+    """(n, c) columns, (n,) bool[, (m, c)] -> the same scaled to [0, 1] by the min/max of
+    the valid rows (and of `extra`, if given). Constant columns map to 0."""
+    rows = z if extra is None else jnp.concatenate([z, extra], 0)
+    keep = mask if extra is None else jnp.concatenate([mask, jnp.ones(extra.shape[:1], bool)])
+    lo = jnp.min(jnp.where(keep[:, None], rows, jnp.inf), axis=0)
+    hi = jnp.max(jnp.where(keep[:, None], rows, -jnp.inf), axis=0)
+    lo = jnp.where(jnp.isfinite(lo), lo, 0.0)
+    span = jnp.where(jnp.isfinite(hi) & (hi - lo > 0), hi - lo, 1.0)
+
+    def scale(a):
+        return jnp.clip((a - lo) / span, 0.0, 1.0)
+
+    return scale(z) if extra is None else (scale(z), scale(extra))

@@ -1,0 +1,221 @@
+"""Baseline tuners: robustness to any objective sequence, vmap = separate runs,
+HyperBand's schedule and selections, GP methods beat random on a static problem."""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hcjax
+from hcjax.tuners.hyperband import brackets, hyperband_schedule
+
+SPACE = hcjax.ppo_space()
+SMALL_GP = dict(buffer=32, candidates=64, fit_points=32, refine_steps=3)
+METHODS = {
+    "fixed": {},
+    "random": {},
+    "random_start": {},
+    "hyperband": dict(budget=40),
+    "gp_ucb": SMALL_GP,
+    "pb2": SMALL_GP,
+    "hypercontroller": {},
+}
+T = 24  # decisions per run in the property and vmap tests
+TELLS = 2  # tells per decision
+
+
+@functools.lru_cache(maxsize=None)
+def runner(name):
+    """jitted run(key, objectives (T, TELLS)) -> (values (T, h), final state); compiled once."""
+    tuner = hcjax.make_tuner(name, SPACE, **METHODS[name])
+
+    def run(key, objectives):
+        k_init, k_run = jax.random.split(key)
+
+        def step(state, inp):
+            key, objs = inp
+            state, values = tuner.ask(state, key)
+            for i in range(TELLS):
+                state = tuner.tell(state, objs[i])
+            return state, values
+
+        keys = jax.random.split(k_run, objectives.shape[0])
+        state, values = jax.lax.scan(step, tuner.init(k_init), (keys, objectives))
+        return values, state
+
+    return jax.jit(run)
+
+
+def assert_finite_state(state):
+    for leaf in jax.tree_util.tree_leaves(state):
+        a = np.asarray(leaf)
+        if np.issubdtype(a.dtype, np.floating):
+            assert np.all(np.isfinite(a)), "state became non-finite"
+
+
+def assert_in_bounds(values):
+    v = np.asarray(values)
+    assert np.all(np.isfinite(v))
+    assert np.all(v >= SPACE.low) and np.all(v <= SPACE.high)
+
+
+SPECIAL = [float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e15, -1e15, 0.0, 1.0, -1.0, 1e-30]
+objective = st.one_of(st.sampled_from(SPECIAL), st.floats(-1e3, 1e3, allow_nan=False, width=32))
+sequences = st.one_of(
+    st.lists(objective, min_size=T * TELLS, max_size=T * TELLS),
+    objective.map(lambda x: [x] * (T * TELLS)),  # constant
+    st.tuples(objective, objective).map(lambda ab: [ab[i % 2] for i in range(T * TELLS)]),  # alternating
+)
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+@settings(max_examples=12, deadline=None)
+@given(objs=sequences, seed=st.integers(0, 2 ** 31 - 1))
+def test_any_objective_sequence_keeps_asks_in_bounds_and_state_finite(name, objs, seed):
+    objectives = jnp.asarray(np.asarray(objs, np.float64).astype(np.float32).reshape(T, TELLS))
+    values, state = runner(name)(jax.random.key(seed), objectives)
+    assert_in_bounds(values)
+    assert_finite_state(state)
+    n_bad = int(np.sum(~np.asarray(hcjax.tuner.valid_objective(objectives))))
+    assert int(state.n_invalid) == n_bad
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_vmap_of_8_agents_equals_8_separate_runs(name):
+    keys = jax.random.split(jax.random.key(11), 8)
+    objectives = jax.random.normal(jax.random.key(12), (8, T, TELLS))
+    single = runner(name)
+    batched_values, batched_state = jax.jit(jax.vmap(single))(keys, objectives)
+    # Equal up to float rounding: compared in [0, 1] units, where one rounding flip of the
+    # integer batch size (1 / 5000) stays inside the tolerance.
+    for i in range(8):
+        values, state = single(keys[i], objectives[i])
+        np.testing.assert_allclose(np.asarray(SPACE.encode(batched_values[i])), np.asarray(SPACE.encode(values)),
+                                   atol=5e-4)
+        for a, b in zip(jax.tree_util.tree_leaves(batched_state), jax.tree_util.tree_leaves(state)):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-4, atol=5e-4)
+
+
+def test_random_start_is_constant_and_random_is_not():
+    objectives = jnp.zeros((T, TELLS))
+    v, _ = runner("random_start")(jax.random.key(0), objectives)
+    assert np.all(np.asarray(v) == np.asarray(v)[0])
+    v, _ = runner("random")(jax.random.key(0), objectives)
+    assert len(np.unique(np.asarray(v)[:, 0])) > T // 2
+
+
+@pytest.mark.parametrize("budget,eta", [(1, 3), (10, 2), (40, 3), (200, 3), (1000, 3), (1000, 4), (5000, 5)])
+def test_hyperband_brackets_complete_within_budget(budget, eta):
+    sched = hyperband_schedule(budget, eta)
+    assert sched["length"] <= budget
+    # The next larger HyperBand would not fit: the brackets are as large as the budget allows.
+    bigger = sum(n * r for b in brackets(sched["s_max"] + 1, eta) for n, r in b)
+    assert bigger > budget
+    for bracket in sched["brackets"]:
+        assert bracket[-1][0] >= 1  # every bracket ends with at least one survivor
+        for (n0, r0), (n1, r1) in zip(bracket, bracket[1:]):
+            assert n1 == n0 // eta and r1 == r0 * eta  # survivors run eta times longer
+    assert int(sched["new_bracket"].sum()) == sched["s_max"] + 1
+
+
+def test_hyperband_error_names_field():
+    with pytest.raises(ValueError, match="hyperband.eta must be an integer >= 2, got 1"):
+        hcjax.make_tuner("hyperband", SPACE, eta=1)
+    with pytest.raises(ValueError, match="hyperband.budget"):
+        hcjax.make_tuner("hyperband", SPACE, budget=0)
+    with pytest.raises(ValueError, match="gp_ucb.buffer"):
+        hcjax.make_tuner("gp_ucb", SPACE, buffer=1)
+    with pytest.raises(ValueError, match="pb2.candidates"):
+        hcjax.make_tuner("pb2", SPACE, candidates=0)
+
+
+def test_hyperband_survivors_are_best_scored():
+    """Drive the tuner and a plain-Python successive-halving simulation side by side."""
+    space = hcjax.unit_space(2)
+    budget, eta = 60, 3
+    tuner = hcjax.make_tuner("hyperband", space, budget=budget, eta=eta)
+    sched = hyperband_schedule(budget, eta)
+    ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
+    state = tuner.init(jax.random.key(0))
+    rng = np.random.default_rng(0)
+    key = jax.random.key(1)
+
+    def objective(values, step):
+        # Noisy, drifting; some invalid objectives, which must not be scored.
+        if step % 7 == 3:
+            return float("nan")
+        return float(-np.sum((values - 0.3) ** 2) + 0.05 * rng.normal() + 0.001 * step)
+
+    step = 0
+    for sweep in range(2):
+        for bracket in sched["brackets"]:
+            sums, counts, table, current = None, None, None, None
+            for i, (n_i, r_i) in enumerate(bracket):
+                for j in range(n_i):
+                    for _ in range(r_i):
+                        key, sub = jax.random.split(key)
+                        state, values = ask(state, sub)
+                        if table is None:
+                            table = np.asarray(state.configs)[: bracket[0][0]]
+                            sums, counts = np.zeros(len(table)), np.zeros(len(table))
+                            current = list(range(len(table)))
+                        expected = table[current[j]]
+                        np.testing.assert_array_equal(np.asarray(values), expected)
+                        for _ in range(2):
+                            x = objective(expected, step)
+                            state = tell(state, x)
+                            if math.isfinite(x):
+                                sums[current[j]] += x
+                                counts[current[j]] += 1
+                        step += 1
+                if i + 1 < len(bracket):
+                    score = [sums[c] / counts[c] if counts[c] else -3e38 for c in current]
+                    ranked = [c for _, c in sorted(zip(score, current), key=lambda sc: -sc[0])]
+                    current = ranked[: bracket[i + 1][0]]
+                    # The survivors are the best-scored configurations.
+                    mean = {c: sums[c] / counts[c] if counts[c] else -3e38 for c in ranked}
+                    assert min(mean[c] for c in current) >= max([mean[c] for c in ranked[len(current):]],
+                                                                default=-np.inf)
+    assert step == 2 * sched["length"]
+
+
+def regret_run(name, opts, n_seeds=32, decisions=100, noise=0.1):
+    """Mean simple regret (best true value seen), its standard error and mean last-decision regret."""
+    space = hcjax.unit_space(4)
+    tuner = hcjax.make_tuner(name, space, **opts)
+
+    def run(key):
+        k_opt, k_init, k_run = jax.random.split(key, 3)
+        optimum = jax.random.uniform(k_opt, (4,), minval=0.1, maxval=0.9)
+
+        def step(state, key):
+            k_ask, k_noise = jax.random.split(key)
+            state, x = tuner.ask(state, k_ask)
+            value = -jnp.sum((x - optimum) ** 2)
+            state = tuner.tell(state, value + noise * jax.random.normal(k_noise))
+            return state, value
+
+        _, values = jax.lax.scan(step, tuner.init(k_init), jax.random.split(k_run, decisions))
+        return -jnp.max(values), -values[-1]
+
+    # Seeds in vmapped chunks of 8 (one compiled function).
+    batched = jax.jit(jax.vmap(run))
+    keys = jax.random.split(jax.random.key(2024), n_seeds).reshape(-1, 8)
+    simple, last = (jnp.concatenate(parts) for parts in zip(*[batched(k) for k in keys]))
+    return float(jnp.mean(simple)), float(jnp.std(simple) / math.sqrt(n_seeds)), float(jnp.mean(last))
+
+
+def test_gp_methods_beat_random_on_static_noisy_problem():
+    gp_opts = dict(buffer=100, candidates=128, fit_points=50, refine_steps=5)
+    results = {name: regret_run(name, opts) for name, opts in
+               [("random", {}), ("gp_ucb", gp_opts), ("pb2", gp_opts)]}
+    for name, (mean, se, last) in results.items():
+        print(f"{name:8s} simple regret {mean:.4f} +- {se:.4f}   last-decision regret {last:.4f}")
+    rnd = results["random"][0]
+    for name in ("gp_ucb", "pb2"):
+        print(f"{name}: simple regret {results[name][0] / rnd:.2f} x random's")
+        assert results[name][0] < rnd
