@@ -20,6 +20,22 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "silu": nn.silu}
 LOG_2PI = math.log(2.0 * math.pi)
 
 
+def orthogonal(scale: float):
+    """Orthogonal initializer that stays unbatched under `jax.vmap`.
+
+    Vmapped over agents, flax's orthogonal init becomes a batched LAPACK QR whose
+    parallel batch loop can deadlock XLA's CPU thread pool on small hosts (seen on 2
+    cores: every thread parked in ParallelBatchMap). `sequential_vmap` turns the batch
+    into a loop of single QRs with identical values.
+    """
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+
+    return init
+
+
 class MLP(nn.Module):
     """(..., in) -> (..., out): hidden Dense layers with `activation`, linear output.
 
@@ -35,10 +51,10 @@ class MLP(nn.Module):
     def __call__(self, x):
         act = ACTIVATIONS[self.activation]
         for width in self.hidden_sizes:
-            x = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+            x = nn.Dense(width, kernel_init=orthogonal(float(np.sqrt(2.0))),
                          bias_init=nn.initializers.zeros)(x)
             x = act(x)
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale),
+        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale),
                         bias_init=nn.initializers.zeros)(x)
 
 

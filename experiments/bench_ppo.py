@@ -17,9 +17,10 @@ import argparse
 import os
 import time
 
-# XLA's CPU runtime can wedge (all threads idle in block_until_ready) on these vmapped
-# programs on small hosts; single-threaded Eigen and synchronous dispatch avoid it. The
-# flag only acts if this module is imported before JAX initialises its backend.
+# Defensive on small CPU hosts: XLA's CPU runtime has been seen to wedge (all threads
+# idle) on vmapped programs; single-threaded Eigen and synchronous dispatch are the known
+# workarounds (the wedge we hit, a batched LAPACK QR in vmapped orthogonal init, is fixed
+# in agents.networks). The flag only acts if JAX has not initialised its backend yet.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
 import jax  # noqa: E402
