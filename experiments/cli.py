@@ -2,7 +2,7 @@
 
     hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
               [--iterations N] [--out DIR] [--no-progress] [--no-plot] [--distributed]
-              [--stall-timeout S] [--max-restarts N] [--no-watchdog]
+              [--stall-timeout S] [--idle-timeout S] [--max-restarts N] [--no-watchdog]
     hcjax plot DIR
     hcjax bench [--out DIR] [--quick]
     hcjax presets
@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
                      help="call jax.distributed.initialize() first (multi-host: one process per host)")
     run.add_argument("--stall-timeout", type=float, default=900.0,
                      help="restart the run (resuming) after this many seconds without progress (default 900)")
+    run.add_argument("--idle-timeout", type=float, default=120.0,
+                     help="restart sooner when the worker also used no CPU for this many seconds (default 120)")
     run.add_argument("--max-restarts", type=int, default=1,
                      help="restarts of one stalled unit before it is skipped (default 1)")
     run.add_argument("--no-watchdog", action="store_true", help="run in this process, without the restarter")
@@ -79,9 +81,20 @@ def describe_presets() -> str:
 WORKER = "HCJAX_RUN_WORKER"
 
 
-def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: int = 1) -> int:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) of process `pid` from /proc; -1 if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
+def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: int = 1,
+              idle_timeout: float = 120.0) -> int:
     """Run `hcjax run ARGV` in a worker process; restart it (it resumes) when its
-    heartbeat file is older than `stall_timeout` seconds.
+    heartbeat file is older than `stall_timeout` seconds, or older than `idle_timeout`
+    seconds while the worker used no CPU at all (the signature of the hang below).
 
     XLA:CPU sometimes never completes a vmapped PPO program here (every thread idle in
     a futex wait, no CPU used): at random for some Brax units, every time for PB2 on
@@ -103,10 +116,16 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
         start = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], env=env)
         try:
+            cpu, cpu_changed = -1.0, time.time()
             while proc.poll() is None:
                 time.sleep(0.5)
+                now = time.time()
                 last = max(start, beat.stat().st_mtime if beat.exists() else start)
-                if time.time() - last > stall_timeout:
+                used = cpu_seconds(proc.pid)
+                if used != cpu:
+                    cpu, cpu_changed = used, now
+                # no heartbeat for stall_timeout, or for idle_timeout without using any CPU
+                if now - last > stall_timeout or (now - max(last, cpu_changed) > idle_timeout and used >= 0):
                     break
             else:
                 return proc.returncode
@@ -117,7 +136,7 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
         proc.wait()
         unit = inflight.read_text().strip() if inflight.exists() and inflight.stat().st_mtime >= start else ""
         stalls[unit] = stalls.get(unit, 0) + 1
-        print(f"hcjax run: no progress for {stall_timeout:g} s in {unit or 'start-up'} "
+        print(f"hcjax run: no progress for {time.time() - last:.0f} s in {unit or 'start-up'} "
               f"(stall {stalls[unit]}); restarting the run (finished units are kept)", file=sys.stderr, flush=True)
         if stalls[unit] > max_restarts:
             if not unit:
@@ -141,9 +160,10 @@ def cmd_run(args, ap, argv) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / ".heartbeat").touch()
     if not (args.no_watchdog or args.distributed or os.environ.get(WORKER)):
-        if not args.stall_timeout > 0:
-            ap.error(f"--stall-timeout must be > 0 seconds, got {args.stall_timeout}")
-        return supervise(argv, out, args.stall_timeout, max(0, args.max_restarts))
+        for name in ("stall_timeout", "idle_timeout"):
+            if not getattr(args, name) > 0:
+                ap.error(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
+        return supervise(argv, out, args.stall_timeout, max(0, args.max_restarts), args.idle_timeout)
     if args.distributed:
         import jax
 
