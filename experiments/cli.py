@@ -94,7 +94,8 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
               idle_timeout: float = 120.0) -> int:
     """Run `hcjax run ARGV` in a worker process; restart it (it resumes) when its
     heartbeat file is older than `stall_timeout` seconds, or older than `idle_timeout`
-    seconds while the worker used no CPU at all (the signature of the hang below).
+    seconds while the worker used less than one CPU second in that time (the signature
+    of the hang below: background threads still tick a few milliseconds).
 
     XLA:CPU sometimes never completes a vmapped PPO program here (every thread idle in
     a futex wait, no CPU used): at random for some Brax units, every time for PB2 on
@@ -116,16 +117,16 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
         start = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], env=env)
         try:
-            cpu, cpu_changed = -1.0, time.time()
+            cpu_mark, busy = cpu_seconds(proc.pid), time.time()
             while proc.poll() is None:
                 time.sleep(0.5)
                 now = time.time()
                 last = max(start, beat.stat().st_mtime if beat.exists() else start)
                 used = cpu_seconds(proc.pid)
-                if used != cpu:
-                    cpu, cpu_changed = used, now
-                # no heartbeat for stall_timeout, or for idle_timeout without using any CPU
-                if now - last > stall_timeout or (now - max(last, cpu_changed) > idle_timeout and used >= 0):
+                if used - cpu_mark >= 1.0:  # a full CPU second since the mark: working
+                    cpu_mark, busy = used, now
+                # no heartbeat for stall_timeout, or for idle_timeout while (almost) no CPU was used
+                if now - last > stall_timeout or (used >= 0 and now - max(last, busy) > idle_timeout):
                     break
             else:
                 return proc.returncode
