@@ -40,7 +40,7 @@ def paper_config(num_iterations: int = 1000) -> PPOConfig:
                      num_minibatches=16, update_epochs=10, hidden_sizes=(256, 256, 256))
 
 
-def bench_jax(env_name: str, agent_counts, iters: int, rounds: int, backend: str) -> list[dict]:
+def bench_jax(env_name: str, agent_counts, iters: int, rounds: int, backend: str, tuners=TUNERS) -> list[dict]:
     """One row per (agents, tuner): frames/s of `iters` jitted iterations for all agents."""
     env = envs.make(env_name, backend=backend)
     cfg = paper_config()
@@ -49,7 +49,7 @@ def bench_jax(env_name: str, agent_counts, iters: int, rounds: int, backend: str
     rows = []
     for n in agent_counts:
         programs = {}
-        for name in TUNERS:
+        for name in tuners:
             if name not in available:
                 print(f"skip {name}: not registered with hcjax.make_tuner (available: {list(available)})")
                 continue
@@ -81,6 +81,9 @@ def bench_jax(env_name: str, agent_counts, iters: int, rounds: int, backend: str
         for r in rows:
             if r["agents"] == n and fixed:
                 r["ratio_vs_fixed"] = r["fps"] / fixed
+        for r in rows:
+            if r["agents"] == n:
+                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
     return rows
 
 
@@ -103,25 +106,29 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="1 and 4 agents, fewer iterations")
     parser.add_argument("--out", default="bench_out/ppo.json")
     parser.add_argument("--backend", default="spring", help="Brax backend (default spring)")
+    parser.add_argument("--agents", type=int, nargs="+", default=None, help="agent counts (default 1 4 16; quick 1 4)")
+    parser.add_argument("--tuners", nargs="+", default=list(TUNERS), help="tuners in the loop")
+    parser.add_argument("--skip-host", action="store_true", help="skip the gymnasium host path")
     args = parser.parse_args(argv)
     jax.config.update("jax_cpu_enable_async_dispatch", False)
-    agent_counts = (1, 4) if args.quick else (1, 4, 16)
+    agent_counts = tuple(args.agents) if args.agents else ((1, 4) if args.quick else (1, 4, 16))
     iters, rounds, host_iters = (2, 2, 3) if args.quick else (5, 3, 6)
     t0 = time.perf_counter()
-    rows = bench_jax("halfcheetah", agent_counts, iters, rounds, args.backend)
+    rows = bench_jax("halfcheetah", agent_counts, iters, rounds, args.backend, tuple(args.tuners))
     columns = ["env", "agents", "tuner", "frames", "seconds", "fps", "fps_per_agent", "ratio_vs_fixed", "compile_s"]
     print_table(rows, columns)
     ratios = {r["agents"]: r["ratio_vs_fixed"] for r in rows if r["tuner"] == "hypercontroller" and "ratio_vs_fixed" in r}
     for n, ratio in ratios.items():
         print(f"agents={n}: hypercontroller/fixed frames/s = {ratio:.3f} (target >= 0.98: "
               f"{'met' if ratio >= 0.98 else 'NOT met'})")
-    host = bench_host("HalfCheetah-v4", host_iters)
-    print_table([host], ["env", "path", "agents", "tuner", "frames", "seconds", "fps"])
+    host = None if args.skip_host else bench_host("HalfCheetah-v4", host_iters)
+    if host is not None:
+        print_table([host], ["env", "path", "agents", "tuner", "frames", "seconds", "fps"])
     report = {"benchmark": "ppo", "device": device_description(), "quick": args.quick,
               "settings": {"frames_per_iteration": 1000, "num_envs": 8, "update_epochs": 10, "num_minibatches": 16,
                            "hidden_sizes": [256, 256, 256], "brax_backend": args.backend, "iterations_timed": iters,
                            "rounds": rounds},
-              "rows": rows, "host": [host],
+              "rows": rows, "host": [host] if host else [],
               "hypercontroller_over_fixed": {str(k): v for k, v in ratios.items()},
               "wall_s": time.perf_counter() - t0}
     write_json_atomic(args.out, report)
