@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
 # Jitter added to the diagonal, as a fraction of its mean, on successive Cholesky tries.
-JITTERS = (1e-6, 1e-2)
+JITTERS = (1e-6, 1e-4, 1e-2)  # relative to mean(diag K), tried in order
 LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -56,13 +56,20 @@ def masked_gram(C: jax.Array, mask: jax.Array, noise_ratio) -> jax.Array:
 BLOCK = 128  # block size of the triangular solves
 
 
+@jax.custom_batching.sequential_vmap
+def _lapack_inverse_lower(L: jax.Array) -> jax.Array:
+    """(b, b) lower triangular -> inverse by LAPACK; under vmap one matrix at a time
+    (batched LAPACK calls deadlocked XLA:CPU's thread pool here, see `_lapack_cholesky`)."""
+    return solve_triangular(L, jnp.eye(L.shape[-1], dtype=L.dtype), lower=True)
+
+
 def _inverse_lower(L: jax.Array) -> jax.Array:
     """(b, b) lower triangular -> its inverse, by recursive 2 x 2 block inversion
     [[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]] down to 16 x 16 blocks
     (XLA's CPU triangular solve is slow for large matrix right-hand sides)."""
     n = L.shape[-1]
     if n <= 16:
-        return solve_triangular(L, jnp.eye(n, dtype=L.dtype), lower=True)
+        return _lapack_inverse_lower(L)
     k = n // 2
     a_inv, d_inv = _inverse_lower(L[:k, :k]), _inverse_lower(L[k:, k:])
     c = -d_inv @ (L[k:, :k] @ a_inv)
@@ -118,32 +125,44 @@ def solve_upper_t(L: jax.Array, B: jax.Array, inverses=None, block: int = BLOCK)
     return X[:, 0] if vec else X
 
 
+@jax.custom_batching.sequential_vmap
+def _escalating_cholesky(K: jax.Array, jitters: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(n, n), (J,) relative jitters -> (L, index of the jitter used, J if none worked).
+
+    Tries K + jitters[i] * I in order while the factor is not finite (a while_loop:
+    usually one factorisation). Under vmap this runs one matrix at a time: XLA:CPU's
+    batched LAPACK Cholesky deadlocked its thread pool here (every thread idle, forever)
+    when vmapped over agents; unbatched calls never did.
+    """
+    eye = jnp.eye(K.shape[-1], dtype=K.dtype)
+
+    def failed(carry):
+        i, L = carry
+        return (i < jitters.shape[0]) & ~jnp.all(jnp.isfinite(L))
+
+    def attempt(carry):
+        i, _ = carry
+        return i + 1, jnp.linalg.cholesky(K + jitters[i] * eye)
+
+    i, L = jax.lax.while_loop(failed, attempt, (jnp.int32(0), jnp.full_like(K, jnp.nan)))
+    return L, jnp.where(jnp.all(jnp.isfinite(L)), i - 1, jitters.shape[0])
+
+
 def cholesky(K: jax.Array, jitters=JITTERS) -> tuple[jax.Array, jax.Array]:
     """(n, n) SPD -> lower factor L (n, n) and the jitter used (scalar).
 
-    Tries K + j * mean(diag K) * I for j in `jitters` in order and keeps the first
-    finite factor (all tries computed, selected by jnp.where). If every
-    try fails, returns the diagonal factor sqrt(diag K) (finite, crude), jitter = -1.
+    Escalating jitter: K + j * mean(diag K) * I for j in `jitters` in order, the first
+    finite factor kept. If every try fails, returns the diagonal factor sqrt(diag K)
+    (finite, crude) and jitter = -1.
     """
-    n = K.shape[-1]
     scale = jnp.mean(jnp.diagonal(K))
     scale = jnp.where(jnp.isfinite(scale) & (scale > 0), scale, 1.0)
-    eye = jnp.eye(n, dtype=K.dtype)
-    js = jnp.asarray(jitters, K.dtype)
-
-    # Every try is computed and the first finite one selected with jnp.where: no control
-    # flow at all (XLA's CPU runtime deadlocked here on lax.cond / vmapped lax.while_loop
-    # around the LAPACK call), at the price of len(jitters) factorisations.
-    L, used = jnp.full_like(K, jnp.nan), jnp.zeros((), K.dtype)
-    for j in reversed(jitters):
-        Lj = jnp.linalg.cholesky(K + j * scale * eye)
-        good = jnp.all(jnp.isfinite(Lj))
-        L, used = jnp.where(good, Lj, L), jnp.where(good, j * scale, used)
-    ok = jnp.all(jnp.isfinite(L))
+    js = jnp.asarray(jitters, K.dtype) * scale
+    L, used = _escalating_cholesky(K, js)
+    ok = used < len(jitters)
     diag = jnp.diagonal(K)
     fallback = jnp.diag(jnp.where(jnp.isfinite(diag) & (diag > 0), jnp.sqrt(jnp.abs(diag)), 1.0))
-    jitter = jnp.where(ok, used, -1.0)
-    return jnp.where(ok, L, fallback), jitter
+    return jnp.where(ok, L, fallback), jnp.where(ok, js[jnp.minimum(used, len(jitters) - 1)], -1.0)
 
 
 class Posterior(NamedTuple):
