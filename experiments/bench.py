@@ -2,9 +2,9 @@
 
 The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
 
+    experiments.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
     experiments.bench_tuners      decision cost of every tuner vs batch and buffer size
     experiments.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
-    experiments.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from experiments import results as R
 
-SCRIPTS = ("bench_tuners", "bench_ppo", "bench_controller")
+SCRIPTS = ("bench_controller", "bench_tuners", "bench_ppo")  # quickest first
 
 
 class _Tee(io.StringIO):
@@ -109,12 +109,13 @@ def run(out: Path, quick: bool = False, scripts=SCRIPTS) -> dict:
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": R.device_info(), "packages": R.package_versions(), "git": R.git_commit(),
               "quick": quick, "benchmarks": {}}
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
     for name in scripts:
         print(f"== {name}", flush=True)
         report["benchmarks"][name] = run_script(name, out, quick)
         print(f"== {name}: {report['benchmarks'][name]['status']}", flush=True)
-    paths = {"json": out / "report.json", "markdown": out / "report.md"}
-    R.atomic_write_text(paths["json"], json.dumps(report, indent=2, default=str))
-    R.atomic_write_text(paths["markdown"], markdown(report))
+        # rewritten after every script, so an interrupted bench keeps what finished
+        R.atomic_write_text(paths["json"], json.dumps(report, indent=2, default=str))
+        R.atomic_write_text(paths["markdown"], markdown(report))
     report["paths"] = {k: str(v) for k, v in paths.items()}
     return report
