@@ -10,21 +10,22 @@ minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all t
 interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
 for 1, 16, 64, 256, 1024 (quick: 1, 32, 1024) vmapped agents with `hypercontroller`, until the device runs
 out of memory or an iteration would take longer than `--scaling-budget` seconds (on a
-2-core CPU that is after 16 agents; on a GPU all counts run). Also the gymnasium host
+2-core CPU that is after 16 agents, quick: 4; on an H200 all counts ran). Also the gymnasium host
 path (HalfCheetah-v4, one agent, env stepped on the host, update and tuner jitted),
 first iteration excluded. Writes JSON (default bench_out/ppo.json) atomically.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import time
+
+from experiments.xla_flags import use_single_threaded_eigen
 
 # Defensive on small CPU hosts: XLA's CPU runtime has been seen to wedge (all threads
 # idle) on vmapped programs; single-threaded Eigen and synchronous dispatch are the known
 # workarounds (the wedge we hit, a batched LAPACK QR in vmapped orthogonal init, is fixed
 # in agents.networks). The flag only acts if JAX has not initialised its backend yet.
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+use_single_threaded_eigen()
 
 import jax  # noqa: E402
 import numpy as np
@@ -107,7 +108,7 @@ def bench_scaling(env, counts, budget_s: float, measured=()) -> tuple[list[dict]
     known = {r["agents"]: r for r in measured if r["tuner"] == "hypercontroller"}
     rows, last, stop = [], None, f"all counts up to {max(counts)} ran"
     for n in sorted(set(counts) | set(known)):
-        if last is not None and last["seconds"] / last["iterations"] * n / last["agents"] > budget_s:
+        if last is not None and last["seconds_per_iteration"] * n / last["agents"] > budget_s:
             stop = f"stopped before {n} agents: predicted over the {budget_s:.0f} s budget per iteration"
             break
         if n in known:
@@ -120,9 +121,10 @@ def bench_scaling(env, counts, budget_s: float, measured=()) -> tuple[list[dict]
                     raise
                 stop = f"out of device memory at {n} agents"
                 break
-        rows.append({k: row[k] for k in ("agents", "iterations", "frames", "seconds", "fps", "fps_per_agent",
-                                          "compile_s")})
-        last = row
+        rows.append({"agents": n, "frames_per_iteration": row["frames"] // row["iterations"],
+                     "seconds_per_iteration": row["seconds"] / row["iterations"], "fps": row["fps"],
+                     "fps_per_agent": row["fps_per_agent"], "compile_s": row["compile_s"]})
+        last = rows[-1]
     return rows, stop
 
 
@@ -152,7 +154,7 @@ def main(argv=None) -> dict:
                         help="agent counts of the scaling scan, hypercontroller only (default 1 16 64 256 1024; "
                              "quick 1 32 1024; none to skip)")
     parser.add_argument("--scaling-budget", type=float, default=None,
-                        help="seconds one scaling iteration may take (default 20; quick 10)")
+                        help="seconds one scaling iteration may take (default 60; quick 30)")
     args = parser.parse_args(argv)
     if jax.default_backend() == "cpu":
         jax.config.update("jax_cpu_enable_async_dispatch", False)
@@ -167,11 +169,12 @@ def main(argv=None) -> dict:
     for n, ratio in ratios.items():
         print(f"agents={n}: hypercontroller/fixed frames/s = {ratio:.3f} (target >= 0.98: "
               f"{'met' if ratio >= 0.98 else 'NOT met'})")
-    budget = args.scaling_budget or (10.0 if args.quick else 20.0)
+    budget = args.scaling_budget or (30.0 if args.quick else 60.0)
     counts = args.scaling if args.scaling is not None else (QUICK_SCALING if args.quick else SCALING)
     scaling, scaling_stop = bench_scaling(env, counts, budget, rows) if counts else ([], "skipped")
     if scaling:
-        print_table(scaling, ["agents", "frames", "seconds", "fps", "fps_per_agent", "compile_s"])
+        print_table(scaling, ["agents", "frames_per_iteration", "seconds_per_iteration", "fps", "fps_per_agent",
+                              "compile_s"])
         print(f"scaling: {scaling_stop}")
     host = None if args.skip_host else bench_host("HalfCheetah-v4", host_iters)
     if host is not None:

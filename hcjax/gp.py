@@ -129,12 +129,17 @@ def solve_upper_t(L: jax.Array, B: jax.Array, inverses=None, block: int = BLOCK)
 def _escalating_cholesky(K: jax.Array, jitters: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(n, n), (J,) relative jitters -> (L, index of the jitter used, J if none worked).
 
-    Tries K + jitters[i] * I in order while the factor is not finite (a while_loop:
-    usually one factorisation). Under vmap this runs one matrix at a time: XLA:CPU's
-    batched LAPACK Cholesky deadlocked its thread pool here (every thread idle, forever)
-    when vmapped over agents; unbatched calls never did.
+    Tries K + jitters[i] * I in order while the factor is not finite: the first try
+    outright, the others in a while_loop (usually never entered; the jitter is added to
+    the diagonal in place, which saved a third of the time of n = 1000 here). Under vmap
+    this runs one matrix at a time: XLA:CPU's batched LAPACK Cholesky deadlocked its
+    thread pool here (every thread idle, forever) when vmapped over agents; unbatched
+    calls never did.
     """
-    eye = jnp.eye(K.shape[-1], dtype=K.dtype)
+    diag = jnp.arange(K.shape[-1])
+
+    def factor(i):
+        return jnp.linalg.cholesky(K.at[diag, diag].add(jitters[i]))
 
     def failed(carry):
         i, L = carry
@@ -142,9 +147,9 @@ def _escalating_cholesky(K: jax.Array, jitters: jax.Array) -> tuple[jax.Array, j
 
     def attempt(carry):
         i, _ = carry
-        return i + 1, jnp.linalg.cholesky(K + jitters[i] * eye)
+        return i + 1, factor(i)
 
-    i, L = jax.lax.while_loop(failed, attempt, (jnp.int32(0), jnp.full_like(K, jnp.nan)))
+    i, L = jax.lax.while_loop(failed, attempt, (jnp.int32(1), factor(0)))
     return L, jnp.where(jnp.all(jnp.isfinite(L)), i - 1, jitters.shape[0])
 
 
@@ -205,12 +210,36 @@ def predict(post: Posterior, Cs: jax.Array, prior_diag=1.0) -> tuple[jax.Array, 
     return mean, var
 
 
+def _lml(quad, log_diag_sum, n, variance):
+    """log N(y | 0, v A) from y^T A^-1 y, sum(log diag chol(A)), n and v."""
+    logdet = 2.0 * log_diag_sum + n * jnp.log(variance)
+    return -0.5 * quad / variance - 0.5 * logdet - 0.5 * n * LOG_2PI
+
+
 def log_marginal_likelihood(post: Posterior, y: jax.Array) -> jax.Array:
     """Scalar log p(y | K = v (C + r I)) over the valid entries of `post.mask`."""
     y = jnp.where(post.mask, y, 0.0)
-    n = jnp.sum(post.mask)
-    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(post.L))) + n * jnp.log(post.variance)
-    return -0.5 * jnp.dot(y, post.alpha) / post.variance - 0.5 * logdet - 0.5 * n * LOG_2PI
+    quad = jnp.dot(y, post.alpha)
+    return _lml(quad, jnp.sum(jnp.log(jnp.diagonal(post.L))), jnp.sum(post.mask), post.variance)
+
+
+@jax.custom_batching.sequential_vmap
+def _cho_solve(L: jax.Array, y: jax.Array) -> jax.Array:
+    """(n, n) lower factor, (n,) -> (L L^T)^-1 y by LAPACK; one matrix at a time under vmap."""
+    return jax.scipy.linalg.cho_solve((L, True), y)
+
+
+def profile_log_likelihood(C: jax.Array, y: jax.Array, mask: jax.Array, noise_ratio) -> jax.Array:
+    """(n, n) correlation, (n,) targets, (n,) bool -> scalar log marginal likelihood with
+    the signal variance profiled out: `log_marginal_likelihood(condition(C, y, mask, r), y)`
+    without building the `Posterior` (no block inverses: two LAPACK triangular solves),
+    for grid searches over kernel parameters."""
+    y = jnp.where(mask, y, 0.0)
+    L, _ = cholesky(masked_gram(C, mask, noise_ratio))
+    quad = jnp.dot(y, _cho_solve(L, y))
+    n = jnp.maximum(jnp.sum(mask), 1)
+    variance = jnp.maximum(quad / n, 1e-6)
+    return _lml(quad, jnp.sum(jnp.log(jnp.diagonal(L))), jnp.sum(mask), variance)
 
 
 def standardize(y: jax.Array, mask: jax.Array) -> jax.Array:

@@ -194,6 +194,39 @@ def test_bench_report_names_device_and_tolerates_missing_scripts(tmp_path):
     assert R.device_info()["devices"] == report["device"]["devices"]
 
 
+def test_scaling_scan_stops_at_the_time_budget_and_at_out_of_memory(monkeypatch):
+    # The scan's stopping rules, with the timing replaced by a model: one iteration of n
+    # agents takes 0.5 + 0.01 n seconds; n >= `oom` agents do not fit the device.
+    from experiments import bench_ppo
+
+    oom = [10**9]
+    timed = []
+
+    def fake(env, cfg, n, tuners, iters, rounds):
+        if n >= oom[0]:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+        timed.append(n)
+        sec = (0.5 + 0.01 * n) * iters
+        return [{"agents": n, "iterations": iters, "frames": 1000 * n * iters, "seconds": sec,
+                 "fps": 1000 * n * iters / sec, "fps_per_agent": 1000 * iters / sec, "compile_s": 1.0}]
+
+    monkeypatch.setattr(bench_ppo, "_time_count", fake)
+    measured = [dict(fake(None, None, 4, None, 2, 1)[0], tuner="hypercontroller")]
+    timed.clear()
+    rows, why = bench_ppo.bench_scaling(None, (1, 16, 64, 256, 1024), budget_s=3.0, measured=measured)
+    # 64 agents take 1.14 s; 256 are predicted at 1.14 * 4 = 4.6 s > 3 s: not run.
+    assert [r["agents"] for r in rows] == [1, 4, 16, 64] and timed == [1, 16, 64]
+    assert "before 256" in why
+    assert rows[1]["seconds_per_iteration"] == pytest.approx(0.54)  # the measured row, 2 iterations
+    oom[0] = 64
+    rows, why = bench_ppo.bench_scaling(None, (1, 16, 64, 256), budget_s=100.0)
+    assert [r["agents"] for r in rows] == [1, 16] and "out of device memory at 64" in why
+    oom[0] = 10**9
+    monkeypatch.setattr(bench_ppo, "_time_count", lambda *a: (_ for _ in ()).throw(ValueError("bad")))
+    with pytest.raises(ValueError):
+        bench_ppo.bench_scaling(None, (1,), budget_s=1.0)
+
+
 def test_watchdog_restarts_a_stalled_run_then_skips_the_unit(tmp_path):
     # Fault injection: the worker hangs (no heartbeat, no CPU) when it reaches the fixed
     # unit; the supervisor notices from the worker's idle CPU long before --stall-timeout.

@@ -116,8 +116,7 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         Zf, yf, mf = Z[rows], y[rows], state.mask[rows]
 
         def lml(p):
-            post = gp.condition(spec.correlation(Zf, Zf, p), yf, mf, p["noise"])
-            return gp.log_marginal_likelihood(post, yf)
+            return gp.profile_log_likelihood(spec.correlation(Zf, Zf, p), yf, mf, p["noise"])
 
         scores = jax.vmap(lml)(spec.grid)
         scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
