@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 
 import jax
-import jax.numpy as jnp
 
 import hcjax
-from experiments.timing import device_description, median_seconds, print_table, write_json_atomic
+from experiments.results import device_info
+from experiments.timing import median_seconds, print_table, write_json_atomic
 
 
 def time_batched(agents: int, s: int, d: int = 10, h: int = 4, repeats: int = 50) -> float:
@@ -73,7 +73,7 @@ def main(argv=None) -> dict:
     for row in rows:
         row["meets_target"] = "" if row["target_ms"] == "" else row["ms_total"] <= row["target_ms"]
     print_table(rows, ["case", "s", "agents", "ms_total", "us_per_agent", "target_ms", "meets_target"])
-    report = {"benchmark": "controller", "h": 4, "d": 10, "device": device_description(), "rows": rows}
+    report = {"benchmark": "controller", "h": 4, "d": 10, "device": device_info(), "rows": rows}
     write_json_atomic(args.out, report)
     print(f"wrote {args.out}")
     return report

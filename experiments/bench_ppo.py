@@ -33,7 +33,8 @@ import numpy as np
 import hcjax  # noqa: E402
 from agents import driver, envs
 from agents.ppo import PPOConfig, make_learner
-from experiments.timing import device_description, print_table, write_json_atomic
+from experiments.results import device_info
+from experiments.timing import print_table, write_json_atomic
 
 TUNERS = ("fixed", "hypercontroller", "gp_ucb")
 SCALING = (1, 16, 64, 256, 1024)  # agents per program, hypercontroller in the loop
@@ -179,7 +180,7 @@ def main(argv=None) -> dict:
     host = None if args.skip_host else bench_host("HalfCheetah-v4", host_iters)
     if host is not None:
         print_table([host], ["env", "path", "agents", "tuner", "frames", "seconds", "fps"])
-    report = {"benchmark": "ppo", "device": device_description(), "quick": args.quick,
+    report = {"benchmark": "ppo", "device": device_info(), "quick": args.quick,
               "settings": {"frames_per_iteration": 1000, "num_envs": 8, "update_epochs": 10, "num_minibatches": 16,
                            "hidden_sizes": [256, 256, 256], "brax_backend": args.backend, "iterations_timed": iters,
                            "rounds": rounds},

@@ -7,25 +7,25 @@ pre-filled to N valid observations (their cost depends on N, O(N^3)); the other 
 do not depend on N. Each is timed for 1 agent and for 64 agents under `jax.vmap`
 (median of repeats, `block_until_ready`). Prints a table with the ratio of each
 method to hypercontroller (same agent count) and writes JSON atomically (temp file +
-os.replace). With `ray[tune]` (the `compare` extra) installed it also times one
+os.replace). With the `compare` extra (ray[tune], scikit-learn) installed it also times one
 decision of Ray Tune's PB2 selection (`_select_config`, one trial, 4 hyperparameters)
-at N = 50 and 200; otherwise it says that the comparison is skipped.
+at N = 50 and 200 and prints its ratio to hcjax pb2; otherwise it says that the
+comparison is skipped.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import tempfile
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import hcjax
+from experiments.results import device_info
+from experiments.timing import print_table, write_json_atomic
 
 GP_METHODS = ("gp_ucb", "pb2")
 OTHER_METHODS = ("hypercontroller", "fixed", "random", "random_start", "hyperband")
@@ -102,38 +102,27 @@ def time_ray_pb2(n: int, repeats: int) -> dict | None:
     X = np.column_stack([np.arange(n, dtype=float), reward_before, hp])
     newpoint = np.array([float(n), float(np.sum(y))])
     times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        select(X, y, None, newpoint, bounds, 2)
-        times.append(time.perf_counter() - t0)
+    with warnings.catch_warnings():  # scikit-learn's optimiser warns at its bounds on random data
+        warnings.simplefilter("ignore")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            select(X, y, None, newpoint, bounds, 2)
+            times.append(time.perf_counter() - t0)
     return {"method": "ray_pb2", "N": n, "agents": 1, "median_s": statistics.median(times),
             "min_s": min(times), "repeats": repeats, "compile_s": 0.0}
 
 
-def table(rows: list[dict]) -> str:
+COLUMNS = ["method", "N", "agents", "ms_per_decision", "x_hypercontroller", "compile_s"]
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Add ms_per_decision and x_hypercontroller (ratio to hypercontroller's median at the
+    same agent count) to each row."""
     hc = {r["agents"]: r["median_s"] for r in rows if r["method"] == "hypercontroller"}
-    lines = [f"{'method':16s} {'N':>5s} {'agents':>6s} {'ms/decision':>12s} {'x hypercontroller':>18s} "
-             f"{'compile s':>9s}"]
     for r in rows:
-        ratio = r["median_s"] / hc[r["agents"]] if r["agents"] in hc else float("nan")
-        n = "-" if r["N"] is None else str(r["N"])
-        lines.append(f"{r['method']:16s} {n:>5s} {r['agents']:>6d} {r['median_s'] * 1e3:12.3f} {ratio:18.1f} "
-                     f"{r['compile_s']:9.1f}")
-    return "\n".join(lines)
-
-
-def write_json(path: str, payload: dict):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tuners.", suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        r["ms_per_decision"] = r["median_s"] * 1e3
+        r["x_hypercontroller"] = r["median_s"] / hc[r["agents"]] if r["agents"] in hc else float("nan")
+    return rows
 
 
 def main(argv=None):
@@ -146,30 +135,33 @@ def main(argv=None):
     for agents in (1, 64):
         for name in OTHER_METHODS:
             rows.append(time_method(name, None, agents, repeats * 5))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            print(f"{name} agents={agents}: {rows[-1]['median_s'] * 1e3:.3f} ms", flush=True)
         for name in GP_METHODS:
             for n in (50, 200, 1000):
                 if args.quick and agents > 1 and n == 1000:
                     continue
                 reps = max(2, repeats // (4 if agents > 1 and n == 1000 else 1))
                 rows.append(time_method(name, n, agents, reps))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
+                print(f"{name} N={n} agents={agents}: {rows[-1]['median_s'] * 1e3:.3f} ms", flush=True)
     ray_rows = [r for r in (time_ray_pb2(n, 3) for n in (50, 200)) if r is not None]
     if ray_rows:
         rows.extend(ray_rows)
+        ours = {r["N"]: r["median_s"] for r in rows if r["method"] == "pb2" and r["agents"] == 1}
+        for r in ray_rows:
+            print(f"Ray Tune PB2 at N={r['N']}: {r['median_s'] * 1e3:.1f} ms per decision = "
+                  f"{r['median_s'] / ours[r['N']]:.0f} x hcjax pb2")
     else:
         print("Ray Tune PB2 comparison skipped: ray[tune] (the `compare` extra) is not installed.")
-    print()
-    print(table(rows))
+    print_table(with_ratios(rows), COLUMNS)
     target = {r["method"]: r["median_s"] * 1e3 for r in rows
               if r["method"] in GP_METHODS and r["N"] == 1000 and r["agents"] == 1}
     for name, ms in target.items():
         print(f"target {name} N=1000, 1 agent <= 50 ms: {ms:.1f} ms ({'met' if ms <= 50 else 'NOT met'})")
-    payload = {"rows": rows, "quick": args.quick, "jax": jax.__version__, "backend": jax.default_backend(),
-               "cpu_count": os.cpu_count(), "platform": platform.platform(),
+    payload = {"benchmark": "tuners", "device": device_info(), "quick": args.quick, "rows": rows,
                "ray_compared": bool(ray_rows), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    write_json(args.out, payload)
+    write_json_atomic(args.out, payload)
     print(f"wrote {args.out}")
+    return payload
 
 
 if __name__ == "__main__":

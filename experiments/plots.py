@@ -154,17 +154,17 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _grid(units, cell) -> str:
+    """Markdown table: a row per environment, a column per method, `cell(unit)` in each
+    cell ('-' where the unit is missing)."""
+    envs, methods, by = _grouped(units)
+    body = [[env] + ["-" if by.get((env, m)) is None else cell(by[(env, m)]) for m in methods] for env in envs]
+    return _md(["Env"] + [SHORT.get(m, m) for m in methods], body)
+
+
 def success_table(units) -> str:
     """Rows: environments; columns: methods; cells: successful seeds / seeds."""
-    envs, methods, by = _grouped(units)
-    rows = []
-    for env in envs:
-        row = [env]
-        for m in methods:
-            u = by.get((env, m))
-            row.append("-" if u is None else f"{int(u.success.sum())}/{u.success.size}")
-        rows.append(row)
-    return _md(["Env"] + [SHORT.get(m, m) for m in methods], rows)
+    return _grid(units, lambda u: f"{int(u.success.sum())}/{u.success.size}")
 
 
 def ranks(medians: dict[str, float]) -> dict[str, int]:
@@ -216,16 +216,8 @@ def results_table(units) -> str:
 
 def tuning_time_table(units) -> str:
     """Total tuning time (minutes) per env and method: the x-extent of Figure 1."""
-    envs, methods, by = _grouped(units)
-    body = []
-    for env in envs:
-        row = [env]
-        for m in methods:
-            u = by.get((env, m))
-            row.append("-" if u is None else f"{np.sum(u.tuner_time) / 60.0:.3g}")
-        body.append(row)
     return ("Tuning time in minutes (host ask+tell of all seeds of the unit, summed over iterations).\n\n"
-            + _md(["Env"] + [SHORT.get(m, m) for m in methods], body))
+            + _grid(units, lambda u: f"{np.sum(u.tuner_time) / 60.0:.3g}"))
 
 
 def plot(out: str | os.PathLike) -> dict[str, Path]:

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
-import tempfile
 import time
 from typing import Any, Callable
 
 import jax
+
+from experiments.results import atomic_write_text
 
 
 def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20) -> float:
@@ -24,29 +23,9 @@ def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20)
     return statistics.median(times)
 
 
-def device_description() -> dict[str, Any]:
-    """The backend, devices and host this process runs on (for benchmark reports)."""
-    devices = jax.devices()
-    return {"backend": jax.default_backend(), "devices": [str(d) for d in devices],
-            "device_kind": devices[0].device_kind, "host": platform.node(),
-            "cpu_count": os.cpu_count(), "jax": jax.__version__}
-
-
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write `payload` as JSON to `path` atomically (temporary file + os.replace)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `payload` as JSON to `path` atomically (see `experiments.results.atomic_write_bytes`)."""
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

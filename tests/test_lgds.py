@@ -1,6 +1,5 @@
 """The LGDS bandit problem, and HyperController beating Random on it."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -1,5 +1,4 @@
 """PPO: loss vs NumPy, masking (GAE, gradient, normalisation), frames, learning, vmap, guard."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp

@@ -24,6 +24,20 @@ def test_readme_example_runs(capsys):
     assert at_best.mean() > 0.7 and np.all(at_best > 0.3), at_best
 
 
+def test_readme_ppo_example_runs():
+    # The second example: 4 vmapped PPO agents on CartPole with a HyperController each.
+    blocks = python_blocks()
+    assert len(blocks) >= 2, "README lost its PPO example"
+    namespace = {}
+    exec(compile(blocks[1], "README PPO example", "exec"), namespace)
+    hp = np.asarray(namespace["metrics"]["hparams"])
+    assert hp.shape == (4, 30, 4) and np.all(np.isfinite(hp))
+    assert np.all((hp[..., 3] >= 128) & (hp[..., 3] <= 512))
+    frames = np.asarray(namespace["metrics"]["frames"])
+    assert np.all(frames >= hp[..., 3]) and np.all(frames < hp[..., 3] + 8)  # up to one step of all envs
+    assert len({tuple(a) for a in hp[:, -1]}) > 1  # each agent chose on its own
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
