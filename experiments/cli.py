@@ -108,10 +108,9 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
     import time
 
     from experiments import results
-    from experiments.runner import HEARTBEAT, INFLIGHT
 
     env = dict(os.environ, **{WORKER: "1"})
-    beat, inflight = out / HEARTBEAT, out / INFLIGHT
+    beat, inflight = out / results.HEARTBEAT, out / results.INFLIGHT
     stalls: dict[str, int] = {}
     while True:
         start = time.time()
@@ -143,7 +142,7 @@ def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: in
             if not unit:
                 print("hcjax run: the worker stalls before its first unit; giving up", file=sys.stderr)
                 return 1
-            marker = out / results.UNITS / f"{unit}.stalled.json"
+            marker = results.stalled_path(out, unit)
             results.atomic_write_text(marker, json.dumps({"unit": unit, "stalls": stalls[unit],
                                                           "stall_timeout_s": stall_timeout}))
             print(f"hcjax run: {unit} stalled {stalls[unit]} times; skipping it ({marker})",
@@ -158,8 +157,10 @@ def cmd_run(args, ap, argv) -> int:
         ap.error(str(e))
     out = Path(args.out or Path("results") / plan.preset.name)
     if os.environ.get(WORKER):  # a supervised worker: show life before the slow imports
+        from experiments import results
+
         out.mkdir(parents=True, exist_ok=True)
-        (out / ".heartbeat").touch()
+        results.heartbeat(out)
     if not (args.no_watchdog or args.distributed or os.environ.get(WORKER)):
         for name in ("stall_timeout", "idle_timeout"):
             if not getattr(args, name) > 0:

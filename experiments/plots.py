@@ -243,7 +243,7 @@ def plot(out: str | os.PathLike) -> dict[str, Path]:
     if dev:
         head += f"Devices: {dev.get('backend')} x{dev.get('local_device_count')} ({dev.get('device_kind')}); " \
                 f"commit {manifest.get('git', {}).get('commit')}.\n\n"
-    stalled = sorted(p.name.split(".stalled")[0] for p in (out / R.UNITS).glob("*.stalled.json"))
+    stalled = R.stalled_units(out)
     if stalled:
         head += ("Units skipped after repeated XLA:CPU stalls (empty cells below): "
                  + ", ".join(f"`{u}`" for u in stalled) + ".\n\n")

@@ -79,6 +79,28 @@ def unit_path(out: str | os.PathLike, env: str, method: str) -> Path:
     return Path(out) / UNITS / f"{unit_name(env, method)}.npz"
 
 
+# Markers of a running study, shared by the worker (`experiments.runner`) and the
+# supervisor that restarts it (`experiments.cli.supervise`).
+HEARTBEAT = ".heartbeat"  # touched while the worker makes progress
+INFLIGHT = ".inflight"  # holds the unit_name being run
+STALLED = ".stalled.json"  # suffix of the marker of a unit that stalled too often (it is skipped)
+
+
+def heartbeat(out: str | os.PathLike) -> None:
+    """Touch OUT/.heartbeat: the supervisor restarts a run without one for too long."""
+    (Path(out) / HEARTBEAT).touch()
+
+
+def stalled_path(out: str | os.PathLike, unit: str) -> Path:
+    """Marker of the unit named `unit` (see `unit_name`) that stalled repeatedly."""
+    return Path(out) / UNITS / f"{unit}{STALLED}"
+
+
+def stalled_units(out: str | os.PathLike) -> list[str]:
+    """Sorted names of the units marked stalled in OUT."""
+    return sorted(p.name[: -len(STALLED)] for p in (Path(out) / UNITS).glob(f"*{STALLED}"))
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` atomically (temp file in the same directory, fsync, os.replace)."""
     path = Path(path)

@@ -340,7 +340,7 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
     out.mkdir(parents=True, exist_ok=True)
     if jax.process_index() == 0:
         R.write_manifest(out, plan.to_dict(), R.config_key(plan.to_dict()))
-    heartbeat(out)
+    R.heartbeat(out)
     from tqdm.auto import tqdm
 
     paths = []
@@ -354,12 +354,12 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
                 bar.update(1)
                 paths.append(R.unit_path(out, env.label, method))
                 continue
-            stalled = stalled_path(out, env.label, method)
+            stalled = R.stalled_path(out, R.unit_name(env.label, method))
             if stalled.exists():
                 log(f"skip {env.label} / {method}: it stalled repeatedly (see {stalled}); delete that file to retry")
                 bar.update(1)
                 continue
-            R.atomic_write_text(Path(out) / INFLIGHT, R.unit_name(env.label, method))
+            R.atomic_write_text(Path(out) / R.INFLIGHT, R.unit_name(env.label, method))
             if os.environ.get(STALL_FOR_TEST) == R.unit_name(env.label, method):
                 time.sleep(3600)  # fault injection for the watchdog test: a hang without heartbeats
             bar.set_postfix_str(f"{env.label} / {method}")
@@ -368,9 +368,9 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
 
             def on_segment(k):
                 inner.update(k)
-                heartbeat(out)
+                R.heartbeat(out)
 
-            heartbeat(out)
+            R.heartbeat(out)
             with inner:
                 result = run_unit(plan, env, method, key, on_segment=on_segment)
             if jax.process_index() == 0:
@@ -381,19 +381,7 @@ def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str],
     return paths
 
 
-HEARTBEAT = ".heartbeat"
-INFLIGHT = ".inflight"  # the unit being run, for the supervisor
 STALL_FOR_TEST = "HCJAX_STALL_FOR_TEST"  # a unit name: the worker hangs there (tests only)
-
-
-def stalled_path(out: str | Path, env: str, method: str) -> Path:
-    """Marker the supervisor writes for a unit that stalled too often; `run` skips it."""
-    return Path(out) / R.UNITS / f"{R.unit_name(env, method)}.stalled.json"
-
-
-def heartbeat(out: Path) -> None:
-    """Touch OUT/.heartbeat: the supervisor (`experiments.cli`) restarts a run without one for too long."""
-    (Path(out) / HEARTBEAT).touch()
 
 
 def summary(out: str | Path) -> str:
