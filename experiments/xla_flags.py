@@ -1,4 +1,4 @@
-"""XLA:CPU setting shared by the CLI, the benchmarks and the tests.
+"""XLA:CPU setting shared by the tests (conftest) and `bench_ppo`.
 
 XLA:CPU's multi-threaded Eigen pool intermittently wedges (every thread in a futex
 wait, forever) while running vmapped programs that call LAPACK (Cholesky, QR) on this

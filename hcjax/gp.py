@@ -182,6 +182,11 @@ class Posterior(NamedTuple):
     mask: jax.Array
 
 
+def _profiled_variance(quad, mask):
+    """Maximum-likelihood signal variance y^T A^-1 y / n_valid, floored at 1e-6."""
+    return jnp.maximum(quad / jnp.maximum(jnp.sum(mask), 1), 1e-6)
+
+
 def condition(C: jax.Array, y: jax.Array, mask: jax.Array, noise_ratio, variance=None) -> Posterior:
     """(n, n) correlation, (n,) targets, (n,) bool -> Posterior.
 
@@ -193,8 +198,7 @@ def condition(C: jax.Array, y: jax.Array, mask: jax.Array, noise_ratio, variance
     inverses = diagonal_inverses(L)
     alpha = solve_upper_t(L, solve_lower(L, y, inverses), inverses)
     if variance is None:
-        n = jnp.maximum(jnp.sum(mask), 1)
-        variance = jnp.maximum(jnp.dot(y, alpha) / n, 1e-6)
+        variance = _profiled_variance(jnp.dot(y, alpha), mask)
     return Posterior(L, inverses, alpha, jnp.asarray(variance, y.dtype), mask)
 
 
@@ -210,9 +214,9 @@ def predict(post: Posterior, Cs: jax.Array, prior_diag=1.0) -> tuple[jax.Array, 
     return mean, var
 
 
-def _lml(quad, log_diag_sum, n, variance):
-    """log N(y | 0, v A) from y^T A^-1 y, sum(log diag chol(A)), n and v."""
-    logdet = 2.0 * log_diag_sum + n * jnp.log(variance)
+def _lml(quad, L, n, variance):
+    """log N(y | 0, v A) from y^T A^-1 y, the Cholesky factor L of A, n and v."""
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L))) + n * jnp.log(variance)
     return -0.5 * quad / variance - 0.5 * logdet - 0.5 * n * LOG_2PI
 
 
@@ -220,7 +224,7 @@ def log_marginal_likelihood(post: Posterior, y: jax.Array) -> jax.Array:
     """Scalar log p(y | K = v (C + r I)) over the valid entries of `post.mask`."""
     y = jnp.where(post.mask, y, 0.0)
     quad = jnp.dot(y, post.alpha)
-    return _lml(quad, jnp.sum(jnp.log(jnp.diagonal(post.L))), jnp.sum(post.mask), post.variance)
+    return _lml(quad, post.L, jnp.sum(post.mask), post.variance)
 
 
 @jax.custom_batching.sequential_vmap
@@ -237,9 +241,7 @@ def profile_log_likelihood(C: jax.Array, y: jax.Array, mask: jax.Array, noise_ra
     y = jnp.where(mask, y, 0.0)
     L, _ = cholesky(masked_gram(C, mask, noise_ratio))
     quad = jnp.dot(y, _cho_solve(L, y))
-    n = jnp.maximum(jnp.sum(mask), 1)
-    variance = jnp.maximum(quad / n, 1e-6)
-    return _lml(quad, jnp.sum(jnp.log(jnp.diagonal(L))), jnp.sum(mask), variance)
+    return _lml(quad, L, jnp.sum(mask), _profiled_variance(quad, mask))
 
 
 def standardize(y: jax.Array, mask: jax.Array) -> jax.Array:
