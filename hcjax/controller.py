@@ -30,18 +30,36 @@ from hcjax.tuner import Tuner, check_float, check_int, register, valid_objective
 
 @struct.dataclass
 class ControllerState:
-    """V: (h, d^s, d, s, s); B, G: (h, d^s, d, s); history: (h, s) int32 last s arms,
-    oldest first; window: (s,) last s objectives, oldest first; arms: (h,) int32 arms in
-    effect; t: int32 objectives learned from; n_invalid: int32 objectives ignored."""
+    """models: (h, d^s, d, s*s + 2s) float32, the ridge model of each (hyperparameter,
+    context, arm) packed as [V row-major (s*s) | B (s) | G (s)], so that a decision
+    touches one memory line per hyperparameter (three separate arrays made tell
+    memory-latency bound for many agents); the views V: (h, d^s, d, s, s), B, G:
+    (h, d^s, d, s) read it. history: (h, s) int32 last s arms, oldest first; window:
+    (s,) last s objectives, oldest first; arms: (h,) int32 arms in effect; t: int32
+    objectives learned from; n_invalid: int32 objectives ignored. Leading batch axes
+    (from vmap) are allowed everywhere."""
 
-    V: jax.Array
-    B: jax.Array
-    G: jax.Array
+    models: jax.Array
     history: jax.Array
     window: jax.Array
     arms: jax.Array
     t: jax.Array
     n_invalid: jax.Array
+
+    @property
+    def V(self) -> jax.Array:
+        s = self.window.shape[-1]
+        return self.models[..., : s * s].reshape(self.models.shape[:-1] + (s, s))
+
+    @property
+    def B(self) -> jax.Array:
+        s = self.window.shape[-1]
+        return self.models[..., s * s : s * s + s]
+
+    @property
+    def G(self) -> jax.Array:
+        s = self.window.shape[-1]
+        return self.models[..., s * s + s :]
 
 
 def context_index(history: jax.Array, d: int) -> jax.Array:
@@ -78,19 +96,40 @@ def solve_spd(V: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.stack(x, axis=-1)
 
 
+_GOLDEN = np.uint32(0x9E3779B9)
+
+
+def mix32(x: jax.Array) -> jax.Array:
+    """uint32 -> uint32, the murmur3 finaliser: a bijection with full avalanche."""
+    x = x ^ (x >> 16)
+    x = x * np.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * np.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
 def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
     """(..., d) scores -> (...,) int32 argmax, uniform among exactly tied maxima.
 
-    Draws one number per row (not per arm): the u-th of the n tied arms, u ~ U{0..n-1}.
+    One threefry word w is drawn per call; arm j of row r gets the priority
+    mix32(w ^ (r d + j) * golden). mix32 is a bijection, so the priorities of a call are
+    distinct and the lexicographic maximum of (score, priority) is unique: one reduction
+    over the arms picks a uniformly random one of the tied best arms (drawing threefry
+    numbers per row and ranking the ties cost 4-6x more on XLA:CPU). NaN scores count
+    as -inf.
     """
-    d = scores.shape[-1]
-    best = scores == jnp.max(scores, axis=-1, keepdims=True)
-    best_f = best.astype(jnp.float32)
-    n_best = jnp.sum(best_f, axis=-1)
-    u = jnp.minimum(jnp.floor(jax.random.uniform(key, n_best.shape) * n_best), n_best - 1.0)
-    # rank of each tied arm among the tied ones (a prefix sum, as a tiny matmul: fast on CPU)
-    rank = best_f @ jnp.triu(jnp.ones((d, d), jnp.float32)) - 1.0
-    return jnp.argmax(best & (rank == u[..., None]), axis=-1).astype(jnp.int32)
+    counters = jnp.arange(scores.size, dtype=jnp.uint32).reshape(scores.shape) * _GOLDEN
+    priority = mix32(jax.random.bits(key, (), jnp.uint32) ^ counters)
+    scores = jnp.where(jnp.isnan(scores), -jnp.inf, scores)
+    arm = jax.lax.broadcasted_iota(jnp.int32, scores.shape, scores.ndim - 1)
+
+    def better(a, b):
+        (sa, pa, ia), (sb, pb, ib) = a, b
+        take_a = (sa > sb) | ((sa == sb) & (pa > pb))
+        return jnp.where(take_a, sa, sb), jnp.where(take_a, pa, pb), jnp.where(take_a, ia, ib)
+
+    init = (jnp.float32(-jnp.inf), jnp.uint32(0), jnp.int32(0))
+    return jax.lax.reduce((scores.astype(jnp.float32), priority, arm), init, better, (scores.ndim - 1,))[2]
 
 
 @register("hypercontroller")
@@ -106,12 +145,19 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
     grid = jnp.asarray(space.grid(d))  # (h, d)
     rows = jnp.arange(h)
 
+    def pack(V, B, G):
+        """(..., s, s), (..., s), (..., s) -> (..., s*s + 2s)"""
+        return jnp.concatenate([V.reshape(V.shape[:-2] + (s * s,)), B, G], axis=-1)
+
+    def unpack(m):
+        """(..., s*s + 2s) -> V (..., s, s), B (..., s), G (..., s)"""
+        return m[..., : s * s].reshape(m.shape[:-1] + (s, s)), m[..., s * s : s * s + s], m[..., s * s + s :]
+
     def init(key):
-        eye = ridge * jnp.eye(s, dtype=jnp.float32)
+        zeros = jnp.zeros((s,), jnp.float32)
         return ControllerState(
-            V=jnp.broadcast_to(eye, (h, n_ctx, d, s, s)),
-            B=jnp.zeros((h, n_ctx, d, s), jnp.float32),
-            G=jnp.zeros((h, n_ctx, d, s), jnp.float32),
+            models=jnp.broadcast_to(pack(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros),
+                                    (h, n_ctx, d, s * s + 2 * s)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
             arms=jax.random.randint(key, (h,), 0, d, jnp.int32),
@@ -121,10 +167,9 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
 
     def predictions(state):
         """(h, d): the score of every arm of every hyperparameter in the current context."""
-        ctx = context_index(state.history, d)
-        scores = dot_last(state.G[rows, ctx], state.window)
+        V, _, G = unpack(state.models[rows, context_index(state.history, d)])  # (h, d, s, s), (h, d, s)
+        scores = dot_last(G, state.window)
         if beta > 0.0:
-            V = state.V[rows, ctx]  # (h, d, s, s)
             w = solve_spd(V, jnp.broadcast_to(state.window, (h, d, s)))
             scores = scores + beta * jnp.sqrt(jnp.maximum(dot_last(w, state.window), 0.0))
         return jnp.where(state.t >= s, scores, 0.0)
@@ -139,16 +184,15 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         x = jnp.where(valid, x, 0.0)
         idx = (rows, context_index(state.history, d), state.arms)
         xi = state.window
-        V_old, B_old, G_old = state.V[idx], state.B[idx], state.G[idx]  # (h, s, s), (h, s), (h, s)
+        old = state.models[idx]  # (h, s*s + 2s)
+        V_old, B_old, _ = unpack(old)
         V_new = V_old + jnp.outer(xi, xi)
         B_new = B_old + x * xi
-        G_new = solve_spd(V_new, B_new)
-        learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(G_new)) & jnp.all(jnp.isfinite(V_new))
+        new = pack(V_new, B_new, solve_spd(V_new, B_new))
+        learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(new))
         # Only the h selected models are touched: O(h s^3), never a pass over all models.
         return state.replace(
-            V=state.V.at[idx].set(jnp.where(learn, V_new, V_old)),
-            B=state.B.at[idx].set(jnp.where(learn, B_new, B_old)),
-            G=state.G.at[idx].set(jnp.where(learn, G_new, G_old)),
+            models=state.models.at[idx].set(jnp.where(learn, new, old)),
             window=jnp.where(valid, jnp.concatenate([xi[1:], x[None]]), xi),
             history=jnp.where(valid, jnp.concatenate([state.history[:, 1:], state.arms[:, None]], axis=1),
                               state.history),
