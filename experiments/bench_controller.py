@@ -3,7 +3,7 @@
     python -m experiments.bench_controller [--quick] [--out bench_out/controller.json]
 
 Rows: (a) one decision of 1, 64 and 1024 vmapped controllers (h = 4, d = 10, s = 1, 2),
-state donated so updates happen in place; (b) 1000 sequential decisions of one
+fresh keys and objectives per call, state donated so updates happen in place; (b) 1000 sequential decisions of one
 controller inside one `lax.scan`. Median of repeated runs after warm-up.
 """
 from __future__ import annotations
@@ -18,7 +18,9 @@ from experiments.timing import median_seconds, print_table, write_json_atomic
 
 
 def time_batched(agents: int, s: int, d: int = 10, h: int = 4, repeats: int = 50) -> float:
-    """Seconds for one ask + tell of `agents` vmapped controllers."""
+    """Seconds for one ask + tell of `agents` vmapped controllers. Every call gets fresh
+    keys and random objectives (prepared beforehand), so the controllers move through
+    their contexts as in training instead of revisiting cached ones."""
     tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(h), d=d, s=s)
 
     def decide(state, key, objective):
@@ -26,15 +28,19 @@ def time_batched(agents: int, s: int, d: int = 10, h: int = 4, repeats: int = 50
         return tuner.tell(state, objective), values
 
     step = jax.jit(jax.vmap(decide), donate_argnums=0)
-    keys = jax.random.split(jax.random.PRNGKey(0), agents)
-    box = {"state": jax.jit(jax.vmap(tuner.init))(keys)}
-    objectives = jax.random.normal(jax.random.PRNGKey(1), (agents,))
+    warmup = 5
+    calls = warmup + repeats
+    keys = list(jax.random.split(jax.random.PRNGKey(0), (calls, agents)))
+    objectives = list(jax.random.normal(jax.random.PRNGKey(1), (calls, agents)))
+    box = {"state": jax.jit(jax.vmap(tuner.init))(keys[0]), "call": 0}
 
     def call():
-        box["state"], values = step(box["state"], keys, objectives)
+        n = box["call"]
+        box["call"] = n + 1
+        box["state"], values = step(box["state"], keys[n], objectives[n])
         return values
 
-    return median_seconds(call, warmup=3, repeats=repeats)
+    return median_seconds(call, warmup=warmup, repeats=repeats)
 
 
 def time_sequential(s: int, n: int = 1000, d: int = 10, h: int = 4, repeats: int = 10) -> float:

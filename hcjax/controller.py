@@ -11,7 +11,9 @@ objective from the last s objectives Xi = (X_{t-s}, ..., X_{t-1}):
 ask: a_i = argmax_a G[i, c_i, a] . Xi (+ beta ||Xi||_{V^-1}, optional), ties broken
 uniformly at random; uniform arms while fewer than s objectives were learned from.
 tell: update the model (i, c_i, a_i) that made the prediction, then shift Xi and c_i.
-Cost: ask O(h d s) (+ O(h d s^3) with beta > 0), tell O(h s^3); no loops over arms.
+Cost: ask O(h d s) (+ O(h d s^3) with beta > 0), tell O(h s^3 + h d s^2); no loops
+over arms. The memory layout (ControllerState) and the tie-break (break_ties) are
+chosen for speed on XLA:CPU, where many vmapped controllers are latency-bound.
 
 Invalid objectives (non-finite, or |X| > MAX_ABS_OBJECTIVE) are ignored entirely: the
 models, the window Xi, the contexts and t are left unchanged and `n_invalid` counts
@@ -34,12 +36,16 @@ class ControllerState:
     context, arm) packed as [V row-major (s*s) | B (s) | G (s)], so that a decision
     touches one memory line per hyperparameter (three separate arrays made tell
     memory-latency bound for many agents); the views V: (h, d^s, d, s, s), B, G:
-    (h, d^s, d, s) read it. history: (h, s) int32 last s arms, oldest first; window:
-    (s,) last s objectives, oldest first; arms: (h,) int32 arms in effect; t: int32
+    (h, d^s, d, s) read it. current: (h, d, s*s + 2s) a copy of models[i, c_i], the
+    models of the current contexts, refreshed by tell after its update; ask and tell
+    read it instead of the large array (gathering inside ask's reduction cost 2-3x: the
+    latency-bound reads did not overlap there). history: (h, s) int32 last s arms,
+    oldest first; window: (s,) last s objectives, oldest first; arms: (h,) int32 arms in effect; t: int32
     objectives learned from; n_invalid: int32 objectives ignored. Leading batch axes
     (from vmap) are allowed everywhere."""
 
     models: jax.Array
+    current: jax.Array
     history: jax.Array
     window: jax.Array
     arms: jax.Array
@@ -108,18 +114,28 @@ def mix32(x: jax.Array) -> jax.Array:
     return x ^ (x >> 16)
 
 
+def key_word(key: jax.Array) -> jax.Array:
+    """A PRNG key (raw uint32 or typed, any implementation) -> one uint32 word: its words
+    folded through mix32. Used instead of `jax.random.bits`, whose threefry runs as a
+    rolled while-loop on XLA:CPU and cost as much as the rest of a decision."""
+    words = jax.random.key_data(key).reshape(-1)
+    word = np.uint32(0x2545F491)
+    for k in range(words.shape[0]):
+        word = mix32(word ^ words[k])
+    return word
+
+
 def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
     """(..., d) scores -> (...,) int32 argmax, uniform among exactly tied maxima.
 
-    One threefry word w is drawn per call; arm j of row r gets the priority
-    mix32(w ^ (r d + j) * golden). mix32 is a bijection, so the priorities of a call are
-    distinct and the lexicographic maximum of (score, priority) is unique: one reduction
-    over the arms picks a uniformly random one of the tied best arms (drawing threefry
-    numbers per row and ranking the ties cost 4-6x more on XLA:CPU). NaN scores count
-    as -inf.
+    Arm j of row r gets the priority mix32(w ^ (r d + j) * golden), w = key_word(key).
+    mix32 is a bijection, so the priorities of one call are distinct and the
+    lexicographic maximum of (score, priority) is unique: one reduction over the arms
+    picks a uniformly random one of the tied best arms (drawing a uniform per row and
+    ranking the ties cost 4-6x more on XLA:CPU). NaN scores count as -inf.
     """
     counters = jnp.arange(scores.size, dtype=jnp.uint32).reshape(scores.shape) * _GOLDEN
-    priority = mix32(jax.random.bits(key, (), jnp.uint32) ^ counters)
+    priority = mix32(key_word(key) ^ counters)
     scores = jnp.where(jnp.isnan(scores), -jnp.inf, scores)
     arm = jax.lax.broadcasted_iota(jnp.int32, scores.shape, scores.ndim - 1)
 
@@ -155,9 +171,10 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
 
     def init(key):
         zeros = jnp.zeros((s,), jnp.float32)
+        prior = pack(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros)  # V = ridge I, B = G = 0
         return ControllerState(
-            models=jnp.broadcast_to(pack(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros),
-                                    (h, n_ctx, d, s * s + 2 * s)),
+            models=jnp.broadcast_to(prior, (h, n_ctx, d, prior.size)),
+            current=jnp.broadcast_to(prior, (h, d, prior.size)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
             arms=jax.random.randint(key, (h,), 0, d, jnp.int32),
@@ -167,7 +184,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
 
     def predictions(state):
         """(h, d): the score of every arm of every hyperparameter in the current context."""
-        V, _, G = unpack(state.models[rows, context_index(state.history, d)])  # (h, d, s, s), (h, d, s)
+        V, _, G = unpack(state.current)  # (h, d, s, s), (h, d, s)
         scores = dot_last(G, state.window)
         if beta > 0.0:
             w = solve_spd(V, jnp.broadcast_to(state.window, (h, d, s)))
@@ -184,20 +201,19 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         x = jnp.where(valid, x, 0.0)
         idx = (rows, context_index(state.history, d), state.arms)
         xi = state.window
-        old = state.models[idx]  # (h, s*s + 2s)
+        old = state.current[rows, state.arms]  # (h, s*s + 2s), = state.models[idx]
         V_old, B_old, _ = unpack(old)
         V_new = V_old + jnp.outer(xi, xi)
         B_new = B_old + x * xi
         new = pack(V_new, B_new, solve_spd(V_new, B_new))
         learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(new))
         # Only the h selected models are touched: O(h s^3), never a pass over all models.
-        return state.replace(
-            models=state.models.at[idx].set(jnp.where(learn, new, old)),
-            window=jnp.where(valid, jnp.concatenate([xi[1:], x[None]]), xi),
-            history=jnp.where(valid, jnp.concatenate([state.history[:, 1:], state.arms[:, None]], axis=1),
-                              state.history),
-            t=state.t + valid.astype(jnp.int32),
-            n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
-        )
+        models = state.models.at[idx].set(jnp.where(learn, new, old))
+        window = jnp.where(valid, jnp.concatenate([xi[1:], x[None]]), xi)
+        history = jnp.where(valid, jnp.concatenate([state.history[:, 1:], state.arms[:, None]], axis=1),
+                            state.history)
+        t = state.t + valid.astype(jnp.int32)
+        return state.replace(models=models, current=models[rows, context_index(history, d)], window=window,
+                             history=history, t=t, n_invalid=state.n_invalid + (~valid).astype(jnp.int32))
 
     return Tuner("hypercontroller", space, init, ask, tell)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hcjax
-from hcjax.controller import context_index
+from hcjax.controller import break_ties, context_index, key_word
 from tests.reference_controller import ReferenceController
 
 STEPS = 200
@@ -71,6 +71,42 @@ def test_uniform_while_no_history_and_random_ties():
     assert chi2 < 20.0, counts  # chi-square, 4 dof: p < 0.001 at 18.5
 
 
+def test_break_ties_picks_a_maximum():
+    """Against NumPy on many rows with heavy ties and NaNs (NaN counts as -inf)."""
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 3, size=(500, 7)).astype(np.float32)
+    scores[rng.random(scores.shape) < 0.1] = np.nan
+    scores[0] = np.nan  # an all-NaN row still gives a valid arm
+    keys = jax.random.split(jax.random.PRNGKey(5), 20)
+    for key in keys:
+        arms = np.asarray(break_ties(key, jnp.asarray(scores)))
+        assert arms.shape == (500,) and arms.dtype == np.int32
+        clean = np.where(np.isnan(scores), -np.inf, scores)
+        chosen = clean[np.arange(500), arms]
+        np.testing.assert_array_equal(chosen, clean.max(axis=1))
+
+
+def test_break_ties_uniform_among_partial_ties():
+    """Tied best arms {1, 3, 4} are equally likely; the others never chosen."""
+    scores = jnp.asarray([0.0, 3.0, 1.0, 3.0, 3.0, 2.0])
+    keys = jax.random.split(jax.random.PRNGKey(1), 6000)
+    counts = np.bincount(np.asarray(jax.vmap(break_ties, (0, None))(keys, scores)), minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0, counts
+    tied = counts[[1, 3, 4]]
+    chi2 = float(((tied - 2000.0) ** 2 / 2000.0).sum())
+    assert chi2 < 13.8, counts  # chi-square, 2 dof: p < 0.001
+
+
+def test_key_word_accepts_every_key_kind():
+    raw = jax.random.PRNGKey(3)
+    assert int(key_word(raw)) == int(key_word(jax.random.key(3)))
+    assert int(key_word(raw)) != int(key_word(jax.random.PRNGKey(4)))
+    assert key_word(jax.random.key(3, impl="rbg")).dtype == jnp.uint32
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(2), d=4)
+    state = tuner.init(raw)
+    np.testing.assert_array_equal(tuner.ask(state, raw)[0].arms, tuner.ask(state, jax.random.key(3))[0].arms)
+
+
 def test_context_index():
     history = jnp.asarray([[0, 0, 1], [2, 1, 0], [2, 2, 2]])
     np.testing.assert_array_equal(context_index(history, 3), [1, 2 * 9 + 3, 26])
@@ -83,6 +119,23 @@ def test_state_shapes():
     assert st.V.shape == (h, d**s, d, s, s)
     assert st.B.shape == st.G.shape == (h, d**s, d, s)
     assert st.history.shape == (h, s) and st.window.shape == (s,) and st.arms.shape == (h,)
+
+
+def test_current_is_the_current_contexts_models():
+    """The cached copy `current` equals models[i, c_i] after every tell, invalid ones included."""
+    h, d, s = 3, 4, 2
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(h), d=d, s=s)
+    ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
+    state = tuner.init(jax.random.PRNGKey(0))
+    assert state.current.shape == (h, d, s * s + 2 * s)
+    key = jax.random.PRNGKey(1)
+    for x in [0.3, -1.2, float("nan"), 2.0, 0.7, 0.7, -0.1, 1e30, 0.4]:
+        key, sub = jax.random.split(key)
+        state, _ = ask(state, sub)
+        state = tell(state, jnp.float32(x))
+        ctx = np.asarray(context_index(state.history, d))
+        np.testing.assert_array_equal(state.current, np.asarray(state.models)[np.arange(h), ctx])
+    assert int(state.n_invalid) == 2
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 1e30, -3e20])
