@@ -40,9 +40,9 @@ class ControllerState:
     models of the current contexts, refreshed by tell after its update; ask and tell
     read it instead of the large array (gathering inside ask's reduction cost 2-3x: the
     latency-bound reads did not overlap there). history: (h, s) int32 last s arms,
-    oldest first; window: (s,) last s objectives, oldest first; arms: (h,) int32 arms in effect; t: int32
-    objectives learned from; n_invalid: int32 objectives ignored. Leading batch axes
-    (from vmap) are allowed everywhere."""
+    oldest first; window: (s,) last s objectives, oldest first; arms: (h,) int32 arms
+    in effect; t: int32 objectives learned from; n_invalid: int32 objectives ignored.
+    Leading batch axes (from vmap) are allowed everywhere."""
 
     models: jax.Array
     current: jax.Array
@@ -54,18 +54,25 @@ class ControllerState:
 
     @property
     def V(self) -> jax.Array:
-        s = self.window.shape[-1]
-        return self.models[..., : s * s].reshape(self.models.shape[:-1] + (s, s))
+        return unpack_models(self.models, self.window.shape[-1])[0]
 
     @property
     def B(self) -> jax.Array:
-        s = self.window.shape[-1]
-        return self.models[..., s * s : s * s + s]
+        return unpack_models(self.models, self.window.shape[-1])[1]
 
     @property
     def G(self) -> jax.Array:
-        s = self.window.shape[-1]
-        return self.models[..., s * s + s :]
+        return unpack_models(self.models, self.window.shape[-1])[2]
+
+
+def pack_models(V: jax.Array, B: jax.Array, G: jax.Array) -> jax.Array:
+    """(..., s, s), (..., s), (..., s) -> (..., s*s + 2s)"""
+    return jnp.concatenate([V.reshape(V.shape[:-2] + (-1,)), B, G], axis=-1)
+
+
+def unpack_models(m: jax.Array, s: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(..., s*s + 2s) -> V (..., s, s), B (..., s), G (..., s)"""
+    return m[..., : s * s].reshape(m.shape[:-1] + (s, s)), m[..., s * s : s * s + s], m[..., s * s + s :]
 
 
 def context_index(history: jax.Array, d: int) -> jax.Array:
@@ -161,17 +168,9 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
     grid = jnp.asarray(space.grid(d))  # (h, d)
     rows = jnp.arange(h)
 
-    def pack(V, B, G):
-        """(..., s, s), (..., s), (..., s) -> (..., s*s + 2s)"""
-        return jnp.concatenate([V.reshape(V.shape[:-2] + (s * s,)), B, G], axis=-1)
-
-    def unpack(m):
-        """(..., s*s + 2s) -> V (..., s, s), B (..., s), G (..., s)"""
-        return m[..., : s * s].reshape(m.shape[:-1] + (s, s)), m[..., s * s : s * s + s], m[..., s * s + s :]
-
     def init(key):
         zeros = jnp.zeros((s,), jnp.float32)
-        prior = pack(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros)  # V = ridge I, B = G = 0
+        prior = pack_models(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros)  # V = ridge I, B = G = 0
         return ControllerState(
             models=jnp.broadcast_to(prior, (h, n_ctx, d, prior.size)),
             current=jnp.broadcast_to(prior, (h, d, prior.size)),
@@ -184,7 +183,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
 
     def predictions(state):
         """(h, d): the score of every arm of every hyperparameter in the current context."""
-        V, _, G = unpack(state.current)  # (h, d, s, s), (h, d, s)
+        V, _, G = unpack_models(state.current, s)  # (h, d, s, s), (h, d, s)
         scores = dot_last(G, state.window)
         if beta > 0.0:
             w = solve_spd(V, jnp.broadcast_to(state.window, (h, d, s)))
@@ -202,10 +201,10 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         idx = (rows, context_index(state.history, d), state.arms)
         xi = state.window
         old = state.current[rows, state.arms]  # (h, s*s + 2s), = state.models[idx]
-        V_old, B_old, _ = unpack(old)
+        V_old, B_old, _ = unpack_models(old, s)
         V_new = V_old + jnp.outer(xi, xi)
         B_new = B_old + x * xi
-        new = pack(V_new, B_new, solve_spd(V_new, B_new))
+        new = pack_models(V_new, B_new, solve_spd(V_new, B_new))
         learn = valid & (state.t >= s) & jnp.all(jnp.isfinite(new))
         # Only the h selected models are touched: O(h s^3), never a pass over all models.
         models = state.models.at[idx].set(jnp.where(learn, new, old))
