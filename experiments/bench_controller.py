@@ -3,8 +3,9 @@
     python -m experiments.bench_controller [--quick] [--out bench_out/controller.json]
 
 Rows: (a) one decision of 1, 64 and 1024 vmapped controllers (h = 4, d = 10, s = 1, 2),
-fresh keys and objectives per call, state donated so updates happen in place; (b) 1000 sequential decisions of one
-controller inside one `lax.scan`. Median of repeated runs after warm-up.
+fresh keys and objectives per call, state donated so updates happen in place; (b) 1000
+sequential decisions of one controller inside one `lax.scan`. Median of repeated runs
+after warm-up.
 """
 from __future__ import annotations
 
