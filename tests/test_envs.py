@@ -1,30 +1,379 @@
-"""agents.envs factory, Brax smoke run and gymnasium host smoke run with HyperController."""
+"""agents.envs: names from every registry, env objects, spaces, backend checks; Brax,
+gymnasium host and custom-env PPO smoke runs with HyperController."""
+import subprocess
+import sys
+
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
+from gymnax.environments import environment, spaces
 
 import hcjax
-from agents import driver, envs
+from agents import driver, envs, networks as nets, ppo
 from agents.ppo import METRIC_KEYS, PPOConfig
 
+# ---- names --------------------------------------------------------------------------------
 
-def test_unknown_name_lists_known():
-    with pytest.raises(ValueError, match="halfcheetah.*CartPole-v1.*BipedalWalker-v3"):
+
+@pytest.mark.parametrize("name,backend,ident", [
+    ("CartPole-v1", "gymnax", "CartPole-v1"),      # in gymnax and gymnasium: JAX first
+    ("Pendulum-v1", "gymnax", "Pendulum-v1"),
+    ("Acrobot-v1", "gymnax", "Acrobot-v1"),
+    ("halfcheetah", "brax", "halfcheetah"),
+    ("Hopper-v4", "gymnasium", "Hopper-v4"),
+    ("gymnasium/CartPole-v1", "gymnasium", "CartPole-v1"),
+    ("brax/ant", "brax", "ant"),
+    ("gymnax/MountainCarContinuous-v0", "gymnax", "MountainCarContinuous-v0"),
+    ("phys2d/CartPole-v1", "gymnasium", "phys2d/CartPole-v1"),  # a gymnasium namespace, not a prefix
+])
+def test_resolve_order_and_prefixes(name, backend, ident):
+    spec = envs.resolve(name)
+    assert (spec.backend, spec.id, spec.host) == (backend, ident, backend == "gymnasium")
+    assert envs.resolve(spec.name) == spec  # "backend/id" round-trips
+
+
+def test_resolve_imports_only_what_it_needs():
+    code = ("import sys; from agents import envs; "
+            "envs.resolve('gymnasium/CartPole-v1'); a = ('gymnax' in sys.modules, 'brax' in sys.modules); "
+            "envs.resolve('CartPole-v1'); b = ('gymnax' in sys.modules, 'brax' in sys.modules); print(a, b)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "(False, False) (True, False)"
+
+
+def test_names_per_backend_and_all():
+    brax_names = envs.names("brax")
+    assert {"brax/ant", "brax/hopper", "brax/humanoid", "brax/walker2d", "brax/halfcheetah"} <= set(brax_names)
+    every = envs.names()
+    assert {"gymnax/Acrobot-v1", "gymnasium/Hopper-v4", "gymnasium/CartPole-v1"} <= set(every)
+    assert every.index("gymnax/CartPole-v1") < every.index("brax/ant") < every.index("gymnasium/CartPole-v1")
+    assert all(envs.resolve(n).name == n for n in every)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        envs.names("mujoco")
+
+
+def test_unknown_names_suggest_closest():
+    with pytest.raises(ValueError, match="unknown environment 'Hoper-v4'") as err:
+        envs.make("Hoper-v4")
+    assert "gymnasium/Hopper-v4" in str(err.value) and "brax/hopper" in str(err.value)
+    with pytest.raises(ValueError, match="brax has no 'Hopper-v4'.*gymnasium/Hopper-v4"):
+        envs.resolve("brax/Hopper-v4")
+    with pytest.raises(ValueError, match="closest: gymnax/Acrobot-v1, gymnasium/Acrobot-v1"):
+        envs.resolve("acrobot")
+    with pytest.raises(ValueError, match="no close names"):
         envs.make("NoSuchEnv-v0")
-    with pytest.raises(ValueError, match="backend"):
+    for bad in ("", None, 3):
+        with pytest.raises(ValueError, match="envs.make"):
+            envs.make(bad)
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="backend must be one of"):
         envs.make("reacher", backend="nope")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['foo'\] for a Brax env"):
+        envs.make("ant", foo=1)
+    with pytest.raises(ValueError, match="episode_length must be an integer >= 1"):
+        envs.make("brax/ant", episode_length=0)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['foo'\].*max_steps_in_episode"):
+        envs.make("Pendulum-v1", foo=1)
+    with pytest.raises(ValueError, match=r"gymnasium.make rejected the options \['foo'\]"):
+        envs.make("gymnasium/CartPole-v1", foo=1)
 
 
-@pytest.mark.parametrize("name,discrete,obs_size", [("CartPole-v1", True, 4), ("Pendulum-v1", False, 3)])
+# ---- gymnax -------------------------------------------------------------------------------
+
+
+def zero_action(env):
+    return jnp.zeros((), jnp.int32) if env.discrete else jnp.zeros((env.action_size,))
+
+
+@pytest.mark.parametrize("name,discrete,obs_size", [("CartPole-v1", True, 4), ("Pendulum-v1", False, 3),
+                                                    ("Acrobot-v1", True, 6), ("Breakout-MinAtar", True, 400)])
 def test_gymnax_reset_step(name, discrete, obs_size):
     env = envs.make(name)
-    assert env.discrete == discrete and env.obs_size == obs_size and not env.host
+    assert env.discrete == discrete and env.obs_size == obs_size and not env.host and env.backend == "gymnax"
     state, obs = env.reset(jax.random.PRNGKey(0))
-    assert obs.shape == (obs_size,) and obs.dtype == jnp.float32
-    action = jnp.zeros((), jnp.int32) if discrete else jnp.zeros((env.action_size,))
-    state, obs, r, d = env.step(jax.random.PRNGKey(1), state, action)
-    assert obs.shape == (obs_size,) and r.shape == () and d.dtype == jnp.bool_
+    assert obs.shape == (obs_size,) and obs.dtype == jnp.float32  # MinAtar's (10, 10, 4) flattened
+    state, obs, r, d = jax.jit(env.step)(jax.random.PRNGKey(1), state, zero_action(env))
+    assert obs.shape == (obs_size,) and r.shape == () and r.dtype == jnp.float32 and d.dtype == jnp.bool_
+
+
+def test_gymnax_params_overrides_truncate():
+    env = envs.make("Pendulum-v1", max_steps_in_episode=7)
+    assert env.max_episode_steps == 7
+    step = jax.jit(env.step)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    dones = []
+    for t in range(8):
+        state, _, _, d = step(jax.random.PRNGKey(t), state, jnp.zeros(1))
+        dones.append(bool(d))
+    assert dones == [False] * 6 + [True, False]  # done at step 7, then a fresh episode
+
+
+def test_gymnax_objects_with_params():
+    import gymnax
+
+    raw, params = gymnax.make("Acrobot-v1")
+    for env in (envs.make((raw, params.replace(max_steps_in_episode=5))),
+                envs.make(raw, params=params, max_steps_in_episode=5)):
+        assert env.backend == "gymnax" and env.discrete and env.action_size == 3 and env.max_episode_steps == 5
+    assert envs.make(raw).max_episode_steps == 500
+    with pytest.raises(ValueError, match="params given twice"):
+        envs.make((raw, params), params=params)
+
+
+class FiveValueStep(environment.Environment):
+    """A gymnax env whose step has gymnax 0.0.x's shape: (obs, state, reward, done, info)."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros(2), environment.EnvState(time=0)
+
+    def step(self, key, state, action, params=None):
+        return jnp.zeros(2), state, 0.0, False, {}
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(-1.0, 1.0, (2,))
+
+
+def test_gymnax_version_guard(monkeypatch):
+    assert envs.check_backends() == []
+    env = envs.make(FiveValueStep())  # the installed gymnax is fine, this env's step is not
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    with pytest.raises(RuntimeError, match=r"gymnax step returned 5 values.*gymnax>=1\.0\.1"):
+        env.step(jax.random.PRNGKey(1), state, jnp.int32(0))
+    real = envs._installed_version
+    monkeypatch.setattr(envs, "_installed_version",
+                        lambda p: {"gymnax": "0.0.9", "brax": None}.get(p, real(p)))
+    problems = envs.check_backends()
+    assert len(problems) == 2
+    assert problems[0].startswith("gymnax 0.0.9 is installed") and "gymnax>=1.0.1" in problems[0]
+    assert problems[1].startswith("brax is not installed") and "brax>=0.14" in problems[1]
+    with pytest.raises(RuntimeError, match=r"gymnax 0\.0\.9 is installed; agents.envs needs gymnax>=1\.0\.1"):
+        envs.make("CartPole-v1")
+
+
+# ---- Brax ---------------------------------------------------------------------------------
+
+
+def test_brax_registry_env_reset_step():
+    env = envs.make("brax/ant", episode_length=100)  # outside the paper's list; the one Brax jit here
+    assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 27, 8, 100)
+    np.testing.assert_array_equal(env.action_low, -np.ones(8))
+    state, obs = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    state, obs2, r, d = jax.jit(env.step)(jax.random.PRNGKey(1), state, jnp.zeros(8))
+    assert obs.shape == obs2.shape == (27,) and r.dtype == jnp.float32 and d.dtype == jnp.bool_
+    assert np.all(np.isfinite(obs2)) and not bool(d)
+
+
+def test_brax_env_objects():
+    from brax import envs as brax_envs
+    from brax.envs.wrappers import training
+
+    raw = brax_envs.get_environment("hopper", backend="positional")
+    env = envs.make(raw, episode_length=50)
+    assert (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", "Hopper", 11, 3, 50)
+    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]  # traced, not compiled
+    _, obs, r, d = jax.eval_shape(env.step, jax.random.PRNGKey(0), state, jnp.zeros(3))
+    assert obs.shape == (11,) and d.dtype == jnp.bool_
+    wrapped = training.AutoResetWrapper(training.EpisodeWrapper(raw, 77, 1))
+    assert envs.make(wrapped).max_episode_steps == 77
+    with pytest.raises(ValueError, match="already has an EpisodeWrapper"):
+        envs.make(wrapped, episode_length=10)
+    with pytest.raises(ValueError, match="unbatched"):
+        envs.make(training.VmapWrapper(raw, 2))
+    with pytest.raises(ValueError, match="only episode_length"):
+        envs.make(raw, backend="spring")
+
+
+# ---- gymnasium ----------------------------------------------------------------------------
+
+
+class Echo(gym.Env):
+    """Echoes the action it received (as its env sees it) in the first observation entries;
+    terminates after 3 steps."""
+
+    def __init__(self, observation_space, action_space):
+        self.observation_space, self.action_space = observation_space, action_space
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.zeros(self.observation_space.shape, np.float32)
+        a = np.asarray(action, np.float32)
+        assert a.shape == self.action_space.shape and self.action_space.contains(action)
+        obs.reshape(-1)[: a.size] = a.reshape(-1)
+        return obs, 1.0, self.t >= 3, False, {}
+
+
+def test_gymnasium_registry_env_on_host():
+    env = envs.make("Hopper-v4")  # outside the paper's list
+    assert env.host and env.backend == "gymnasium" and (env.obs_size, env.action_size) == (11, 3)
+    assert env.max_episode_steps == 1000 and env.kwargs == {}
+    vec = env.vector(2)
+    try:
+        obs, _ = vec.reset(seed=0)
+        obs, r, term, trunc, _ = vec.step(np.zeros((2, 3), np.float32))
+        assert obs.shape == (2, 11) and r.shape == (2,)
+    finally:
+        vec.close()
+
+
+def test_gymnasium_factory_shapes_and_unbounded_actions():
+    box = gym.spaces.Box(-np.inf, np.inf, (2, 2), np.float32)
+    env = envs.make(lambda: Echo(gym.spaces.Box(-9.0, 9.0, (2, 3), np.float32), box))
+    assert env.host and env.backend == "gymnasium" and env.max_episode_steps is None
+    assert (env.obs_size, env.action_size, env.discrete) == (6, 4, False)
+    assert np.all(env.action_low == -np.inf) and np.all(env.action_high == np.inf)
+    # PPO clips only at finite bounds: an unbounded action passes unchanged
+    big = jnp.asarray([1e6, -1e6, 3.0, -2.0])
+    np.testing.assert_array_equal(nets.clip_action(big, env.action_low, env.action_high), big)
+    vec = env.vector(2)
+    try:
+        obs, _ = vec.reset(seed=0)
+        assert obs.shape == (2, 6)
+        action = np.arange(8, dtype=np.float32).reshape(2, 4)
+        obs, *_ = vec.step(action)  # flat (4,) actions reach Echo as (2, 2)
+        np.testing.assert_array_equal(obs[:, :4], action)
+    finally:
+        vec.close()
+    single = env.single()
+    single.reset(seed=0)
+    assert single.step(np.ones(4, np.float32))[0].shape == (6,)
+
+
+def test_gymnasium_discrete_start_offset():
+    env = envs.make(lambda: Echo(gym.spaces.Box(-9.0, 9.0, (3,), np.float32), gym.spaces.Discrete(3, start=-1)))
+    assert env.discrete and env.action_size == 3 and env.action_low.shape == (0,)
+    vec = env.vector(3)
+    try:
+        vec.reset(seed=0)
+        obs, *_ = vec.step(np.array([0, 1, 2], np.int32))  # PPO's 0..n-1 become -1..1
+        np.testing.assert_array_equal(obs[:, 0], [-1.0, 0.0, 1.0])
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize("obs_space,action_space,match", [
+    (gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,))}), gym.spaces.Discrete(2), "observation space Dict"),
+    (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([2, 3]), "action space MultiDiscrete"),
+    (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiBinary(3), "action space MultiBinary"),
+    (gym.spaces.Discrete(4), gym.spaces.Discrete(2), "observation space Discrete"),
+])
+def test_unsupported_spaces_raise_naming_env_and_space(obs_space, action_space, match):
+    def echo_factory():
+        return Echo(obs_space, action_space)
+
+    with pytest.raises(ValueError, match=rf"envs.make\('Echo'\): unsupported {match}"):
+        envs.make(echo_factory)
+
+
+def test_unsupported_spaces_in_registries():
+    with pytest.raises(ValueError, match=r"envs.make\('Blackjack-v1'\): unsupported observation space Tuple"):
+        envs.make("Blackjack-v1")
+    with pytest.raises(ValueError, match=r"envs.make\('FrozenLake-misc'\): unsupported observation space Discrete"):
+        envs.make("FrozenLake-misc")
+
+
+def test_objects_refused_or_returned_unchanged():
+    with pytest.raises(ValueError, match="pass a factory"):
+        envs.make(gym.make("CartPole-v1"))
+    with pytest.raises(ValueError, match="a factory must return a gymnasium Env, got int"):
+        envs.make(lambda: 3)
+    with pytest.raises(ValueError, match="a factory takes no options"):
+        envs.make(lambda: gym.make("CartPole-v1"), render_mode="rgb_array")
+    host = envs.make(lambda: gym.make("CartPole-v1"))
+    assert host.name == "CartPole-v1" and envs.make(host) is host
+    jax_env = envs.make("CartPole-v1")
+    assert envs.make(jax_env) is jax_env
+    with pytest.raises(ValueError, match="already built"):
+        envs.make(jax_env, backend="spring")
+
+
+def test_jax_env_fields_are_validated():
+    def reset(key):
+        return 0, jnp.zeros(2)
+
+    def step(key, state, action):
+        return state, jnp.zeros(2), jnp.float32(0), jnp.bool_(False)
+
+    env = envs.JaxEnv(name="line", obs_size=2, action_size=2, discrete=False, reset=reset, step=step,
+                      action_low=[-1.0, -np.inf])
+    assert env.backend == "custom" and not env.host and env.max_episode_steps is None
+    np.testing.assert_array_equal(env.action_high, [np.inf, np.inf])  # None: unbounded
+    np.testing.assert_array_equal(nets.clip_action(jnp.asarray([-5.0, -5.0]), env.action_low, env.action_high),
+                                  [-1.0, -5.0])
+    bad = [dict(obs_size=0), dict(action_low=[0.0, 0.0, 0.0]), dict(action_low=2.0, action_high=1.0),
+           dict(discrete="yes"), dict(step=None), dict(backend="mujoco"), dict(max_episode_steps=0)]
+    fields = ["obs_size", "action_low", "action_low must be <=", "discrete", "step", "backend", "max_episode_steps"]
+    for kw, field in zip(bad, fields):
+        with pytest.raises(ValueError, match=field):
+            envs.JaxEnv(**{**dict(name="line", obs_size=2, action_size=2, discrete=False, reset=reset, step=step),
+                           **kw})
+
+
+# ---- training smoke runs --------------------------------------------------------------------
+
+
+@struct.dataclass
+class PointState(environment.EnvState):
+    x: jax.Array
+    target: jax.Array
+
+
+@struct.dataclass
+class PointParams(environment.EnvParams):
+    max_steps_in_episode: int = 20
+
+
+class PointToTarget(environment.Environment):
+    """The README's example: a point on a line moves by its action towards a target."""
+
+    @property
+    def default_params(self):
+        return PointParams()
+
+    def reset_env(self, key, params):
+        x, target = jax.random.uniform(key, (2,), minval=-5.0, maxval=5.0)
+        state = PointState(time=0, x=x, target=target)
+        return self.get_obs(state), state
+
+    def step_env(self, key, state, action, params):
+        x = state.x + jnp.clip(action[0], -1.0, 1.0)
+        state = PointState(time=state.time + 1, x=x, target=state.target)
+        return self.get_obs(state), state, -jnp.abs(state.target - x), jnp.array(False), {}
+
+    def get_obs(self, state, params=None, key=None):
+        return jnp.stack([state.x, state.target - state.x])
+
+    def action_space(self, params):
+        return spaces.Box(-1.0, 1.0, (1,))
+
+    def observation_space(self, params):
+        return spaces.Box(-jnp.inf, jnp.inf, (2,))
+
+
+def test_custom_gymnax_env_trains_with_ppo():
+    env = envs.make(PointToTarget())
+    assert (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps) == \
+        ("gymnax", "PointToTarget", 2, 1, 20)
+    tuner = hcjax.make_tuner("hypercontroller", hcjax.ppo_space(batch_size=(64, 256)))
+    cfg = PPOConfig(num_iterations=4, num_envs=8, hidden_sizes=(16,), update_epochs=1, num_minibatches=2,
+                    batch_size=256)
+    _, metrics = jax.jit(ppo.make_train(cfg, env, tuner))(jax.random.PRNGKey(0))
+    assert metrics["frames"].shape == (4,) and np.all(np.asarray(metrics["frames"]) >= 64)
+    assert np.all(np.isfinite(metrics["train_reward"])) and np.all(np.asarray(metrics["train_reward"]) < 0)
+    # 4 iterations of >= 64 frames over 8 envs: at least 32 steps each, so 20-step episodes finished
+    assert float(metrics["episode_return"][-1]) < 0
 
 
 def replay_tuner(tuner, init_key, objectives, tune_every, host):
@@ -60,7 +409,10 @@ def check_hparams_used(result, tuner, keys, cfg, host):
     # the learning rate in the optimiser is the last one asked
     lr = np.asarray(result.states.opt_state.hyperparams["learning_rate"])
     np.testing.assert_allclose(lr, m["hparams"][:, -1, 0], rtol=1e-6)
-    assert np.all(np.isfinite(m["train_reward"])) and np.all(np.isfinite(m["episode_return"]))
+    assert np.all(np.isfinite(m["train_reward"]))
+    # episode_return: NaN until an agent's first episode ends, finite from then on
+    finished = np.isfinite(m["episode_return"])
+    assert np.all(np.diff(finished.astype(int), axis=1) >= 0)
 
 
 def test_brax_smoke_hypercontroller():
@@ -76,6 +428,7 @@ def test_brax_smoke_hypercontroller():
     assert seen == [8]
     assert result.eval_returns.shape == (1, 1) and np.all(np.isfinite(result.eval_returns))
     check_hparams_used(result, tuner, keys, cfg, host=False)
+    assert np.isfinite(result.metrics["episode_return"][:, -1]).all()  # the pendulum falls within 8 x 32 steps
 
 
 def test_gymnasium_host_smoke_hypercontroller():
