@@ -62,9 +62,10 @@ def run(config: PPOConfig, env, tuner, keys, *, eval_every: int = 10, segment: i
     """Train len(keys) agents for config.num_iterations iterations.
 
     keys: (n_agents, 2) PRNG keys, one per agent (agent i = make_train(...)(keys[i])).
-    eval_every: evaluate every that many iterations (0: never). segment: iterations per
-    jitted segment (default eval_every, or 10 when eval_every is 0); a segment never
-    crosses an evaluation point. states: batched LearnerState to resume from.
+    eval_every: evaluate every that many iterations and after the last one (0: never).
+    segment: iterations per jitted segment (default eval_every, or 10 when eval_every
+    is 0); a segment never crosses an evaluation point. states: batched LearnerState
+    to resume from.
     """
     if not isinstance(eval_every, int) or eval_every < 0:
         raise ValueError(f"run: eval_every must be an integer >= 0, got {eval_every!r}")
@@ -75,7 +76,7 @@ def run(config: PPOConfig, env, tuner, keys, *, eval_every: int = 10, segment: i
     if keys.ndim != 2:
         raise ValueError(f"run: keys must be (n_agents, 2) PRNG keys, got shape {keys.shape}")
     learner = make_learner(config, env, tuner)
-    if env.host:
+    if learner.env.host:
         return _run_host(learner, keys, eval_every, seg, callback, states)
     return _run_jax(learner, keys, eval_every, seg, callback, states)
 
@@ -110,7 +111,7 @@ def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_f
         chunks.append(metrics)
         done += k
         rets = None
-        if eval_every and (done % eval_every == 0):
+        if eval_every and (done % eval_every == 0 or done == cfg.num_iterations):
             rets = np.asarray(eval_fn(states, _eval_keys(keys, done)))
             eval_its.append(done)
             eval_rets.append(rets)
@@ -135,28 +136,29 @@ def _run_jax(learner, keys, eval_every, seg, callback, states):
     compiled = {}
 
     def segment_fn(states, k):
-        if k not in compiled:
-            compiled[k] = jax.jit(jax.vmap(lambda s: learner.iterate(s, k)))
-        return compiled[k](states)
+        if k not in compiled:  # the first iteration's number is unbatched: asks only when deciding
+            compiled[k] = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, k, start), in_axes=(0, None)))
+        return compiled[k](states, jnp.asarray(states.iteration).reshape(-1)[0])
 
     eval_fn = jax.jit(jax.vmap(learner.evaluate))
     return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)
 
 
 class HostRollout:
-    """The host half of the gymnasium path: one SyncVectorEnv per agent.
+    """The host half of the gymnasium path: one SyncVectorEnv per agent (reset with seeds
+    from the agents' keys, shifted when resuming at iteration `start`).
 
     `collect(states)` steps the envs for each agent's own n_steps (from its batch size)
     and returns the padded, masked trajectory (agents leading) for the jitted `learn`.
     """
 
-    def __init__(self, learner, keys):
+    def __init__(self, learner, keys, start: int = 0):
         self.learner = learner
         cfg, env = learner.config, learner.env
         self.n = int(keys.shape[0])
         self.E, self.T = cfg.num_envs, learner.max_steps
         seeds = np.asarray(jax.vmap(lambda k: jax.random.randint(jax.random.fold_in(k, 0xE4F), (), 0, 2**30))(keys))
-        self.seeds = [int(s) for s in seeds]
+        self.seeds = [int(s) + 104729 * start for s in seeds]  # resumed at iteration `start`: other episodes
         self.vecs = [env.vector(self.E) for _ in range(self.n)]
         self.obs = np.stack([v.reset(seed=s)[0] for v, s in zip(self.vecs, self.seeds)]).astype(np.float32)
         self.running = np.zeros((self.n, self.E), np.float32)
@@ -223,14 +225,17 @@ class HostRollout:
 
 
 def _run_host(learner, keys, eval_every, seg, callback, states):
-    rollout = HostRollout(learner, keys)
-    learn = jax.jit(jax.vmap(learner.learn))
+    start = 0 if states is None else int(np.asarray(states.iteration).reshape(-1)[0])
+    rollout = HostRollout(learner, keys, start)
+    learn = jax.jit(jax.vmap(learner.learn, in_axes=(0, 0, None)))
     init_fn = jax.jit(jax.vmap(learner.init))
+    tune_every = learner.config.tune_every
 
     def segment_fn(states, k):
         ms = []
         for _ in range(k):
-            states, m = learn(states, rollout.collect(states))
+            it = int(np.asarray(states.iteration).reshape(-1)[0])
+            states, m = learn(states, rollout.collect(states), np.bool_((it + 1) % tune_every == 0))
             ms.append(m)
         return states, jax.tree.map(lambda *x: jnp.stack(x, axis=1), *ms)
 

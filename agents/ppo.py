@@ -1,8 +1,8 @@
-"""PureJaxRL-style PPO whose four hyperparameters are traced values, any tuner in the loop.
+"""PureJaxRL-style PPO whose hyperparameters are traced values, any tuner in the loop.
 
     learner = make_learner(config, env, tuner)
     state = learner.init(key)                         # LearnerState
-    state, metrics = learner.iterate(state, 10)       # lax.scan of 10 iterations
+    state, metrics = learner.iterate(state, 10, 0)    # lax.scan of iterations 0..9
     ret = learner.evaluate(state, key)                # deterministic episode return
     train = make_train(config, env, tuner)            # train(key) -> (state, metrics)
     jax.jit(jax.vmap(train))(keys)                    # N agents, own nets/optimisers/tuners
@@ -22,8 +22,31 @@ One iteration (all inside one jitted function):
    every valid sample is used exactly once per epoch and the compute is that of the
    maximum batch. Advantages are normalised per minibatch over its valid samples.
 4. `tuner.tell(objective)` every iteration (from the second on for the "change"
-   objectives), `tuner.ask` every `tune_every` iterations; the asked values are used
-   from the next iteration on.
+   objectives), `tuner.ask` after iterations t with (t + 1) % tune_every == 0; the
+   asked values are used from the next iteration on. The ask runs only on those
+   iterations: `iterate(state, n, start)` scans over the iteration numbers start,
+   start + 1, ... (not over per-agent state), so under `vmap` the decision is an
+   unbatched `lax.cond`, not a `where` that would compute every agent's ask every
+   iteration and throw it away (`ask="every_iteration"` keeps that older loop, whose
+   cost the benchmark measures; both give the same numbers).
+
+Tuned hyperparameters. Any field of TUNABLE named in the tuner's space is a traced
+value read from the tuner's (h,) values every iteration (one compilation serves every
+value); the fields not in the space keep their PPOConfig value. learning_rate,
+max_grad_norm and adam_eps reach the optimiser through `optax.inject_hyperparams`;
+clip_eps, vf_coef and ent_coef the loss; gamma, gae_lambda and reward_scale GAE;
+batch_size the rollout (see 1.); obs_clip the observation normalisation. A space
+naming a static field (num_envs, hidden_sizes, update_epochs, ...) or an unknown
+name, or bounds outside a field's allowed range, raises ValueError.
+
+Objectives and invalid data. The objective (PPOConfig.objective) is computed from the
+iteration's rewards: "reward_change" X_t = R_t - R_(t-1) with R_t the mean per-step
+reward of the iteration's valid frames; "reward" X_t = R_t; "return_change" the change
+of the mean return of the episodes finished in the iteration (the previous value when
+none finished). An iteration with a non-finite reward or one above MAX_ABS_OBJECTIVE
+(1e15) in magnitude gives an invalid (NaN) objective, and so does the next change
+computed from it: the tuner ignores and counts it (never learns from it).
+metrics["episode_return"] is NaN until an episode has finished.
 
 Divergence guard: each minibatch step whose new parameters or optimiser state would
 contain a non-finite value is rejected (parameters and optimiser state are kept);
@@ -47,18 +70,41 @@ from flax import struct
 
 from agents import networks as nets
 from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, track_episodes, update_obs_stats
+from hcjax.tuner import MAX_ABS_OBJECTIVE
 
 OBJECTIVES = ("reward_change", "reward", "return_change")
-HP_NAMES = ("learning_rate", "clip_eps", "gae_lambda", "batch_size")
 METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
+ASK_MODES = ("when_deciding", "every_iteration")
+
+# Allowed range (low, high or None, low excluded?) of every real-valued PPOConfig field.
+REAL_FIELDS = {
+    "learning_rate": (0.0, None, True), "clip_eps": (0.0, None, True), "gae_lambda": (0.0, 1.0, False),
+    "gamma": (0.0, 1.0, False), "ent_coef": (0.0, None, False), "vf_coef": (0.0, None, False),
+    "max_grad_norm": (0.0, None, True), "adam_eps": (0.0, None, True), "obs_clip": (0.0, None, True),
+    "reward_scale": (0.0, None, True), "init_log_std": (-20.0, 5.0, False),
+}
+# Fields a tuner may set during training (traced values); every other field is static.
+TUNABLE = ("learning_rate", "clip_eps", "gae_lambda", "batch_size", "ent_coef", "vf_coef", "gamma",
+           "max_grad_norm", "reward_scale", "adam_eps", "obs_clip")
+OPTIMIZER_HPARAMS = ("learning_rate", "max_grad_norm", "adam_eps")  # through optax.inject_hyperparams
+
+
+def _in_range(field: str, v) -> bool:
+    low, high, low_open = REAL_FIELDS[field]
+    return (v > low if low_open else v >= low) and (high is None or v <= high)
+
+
+def _range_text(field: str) -> str:
+    low, high, low_open = REAL_FIELDS[field]
+    return f"{'>' if low_open else '>='} {low}" + ("" if high is None else f" and <= {high}")
 
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """Static PPO configuration, validated at construction (ValueError naming the field).
 
-    learning_rate, clip_eps, gae_lambda, batch_size are used only when the tuner's space
-    does not contain a hyperparameter of that name. max_batch_size: the rollout's
+    The TUNABLE fields are used only when the tuner's space does not contain a
+    hyperparameter of that name (otherwise the tuner sets them). max_batch_size: the rollout's
     fixed maximum (None: the space's batch_size upper bound, else batch_size); a batch
     size above it is clipped to it (metrics "frames" shows what was collected).
     reward_scale multiplies rewards for GAE and the value targets only (metrics and the
@@ -95,30 +141,16 @@ class PPOConfig:
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
                 raise ValueError(f"PPOConfig.{field} must be an integer >= {low}, got {v!r}")
 
-        def real(field, low, high=None, low_open=False):
-            v = getattr(self, field)
-            ok = isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-            ok = ok and (v > low if low_open else v >= low) and (high is None or v <= high)
-            if not ok:
-                rng = f"{'>' if low_open else '>='} {low}" + ("" if high is None else f" and <= {high}")
-                raise ValueError(f"PPOConfig.{field} must be a number {rng}, got {v!r}")
-
+        for f in REAL_FIELDS:
+            v = getattr(self, f)
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+            if not (ok and math.isfinite(v) and _in_range(f, v)):
+                raise ValueError(f"PPOConfig.{f} must be a number {_range_text(f)}, got {v!r}")
         for f in ("num_iterations", "num_envs", "batch_size", "num_minibatches", "update_epochs",
                   "tune_every", "eval_steps"):
             integer(f, 1)
         if self.max_batch_size is not None:
             integer("max_batch_size", 1)
-        real("learning_rate", 0.0, low_open=True)
-        real("clip_eps", 0.0, low_open=True)
-        real("gae_lambda", 0.0, 1.0)
-        real("gamma", 0.0, 1.0)
-        real("ent_coef", 0.0)
-        real("vf_coef", 0.0)
-        real("max_grad_norm", 0.0, low_open=True)
-        real("adam_eps", 0.0, low_open=True)
-        real("obs_clip", 0.0, low_open=True)
-        real("reward_scale", 0.0, low_open=True)
-        real("init_log_std", -20.0, 5.0)
         hs = self.hidden_sizes
         if not isinstance(hs, tuple) or not all(isinstance(w, int) and w >= 1 for w in hs):
             raise ValueError(f"PPOConfig.hidden_sizes must be a tuple of integers >= 1, got {hs!r}")
@@ -158,11 +190,12 @@ class LearnerState:
 class Learner(NamedTuple):
     """Pure functions of one agent (jit- and vmap-able).
 
-    init(key) -> LearnerState; iterate(state, num_iterations) -> (state, metrics with
-    leading axis num_iterations); evaluate(state, key) -> scalar return (JAX envs only).
+    init(key) -> LearnerState; iterate(state, num_iterations, start=None) -> (state,
+    metrics with leading axis num_iterations); evaluate(state, key) -> scalar return
+    (JAX envs only).
     Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
-    obs_norm); value(state, obs) -> (E,); learn(state, traj) -> (state, metrics of one
-    iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
+    obs_norm); value(state, obs) -> (E,); learn(state, traj, do_ask=None) -> (state,
+    metrics of one iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
     mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax).
     """
 
@@ -246,13 +279,40 @@ def _select(pred, a, b):
 # ---- the learner ------------------------------------------------------------------------
 
 
-def make_learner(config: PPOConfig, env, tuner) -> Learner:
-    """Build the pure functions of one PPO agent on `env` with `tuner` in the loop."""
+def check_space(space, config: PPOConfig) -> None:
+    """ValueError unless every hyperparameter of `space` names a TUNABLE field and its
+    bounds lie in that field's allowed range."""
+    static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TUNABLE]
+    for p in space.hyperparameters:
+        if p.name not in TUNABLE:
+            kind = "is a static PPOConfig field (fixed at compile time)" if p.name in static else \
+                "is not a PPOConfig field"
+            raise ValueError(f"tuner space: {p.name!r} {kind}; tunable fields: {', '.join(TUNABLE)}")
+        if p.name == "batch_size":
+            if not (p.integer and p.low >= 1):
+                raise ValueError(f"tuner space: batch_size must be an integer hyperparameter with low >= 1, got {p}")
+        elif not (_in_range(p.name, p.low) and _in_range(p.name, p.high)):
+            raise ValueError(f"tuner space: {p.name} bounds [{p.low}, {p.high}] must be {_range_text(p.name)}")
+
+
+def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -> Learner:
+    """Build the pure functions of one PPO agent on `env` (anything `agents.envs.make`
+    accepts: a name, an environment object, a JaxEnv/HostEnv) with `tuner` in the loop.
+
+    ask: "when_deciding" (default) runs `tuner.ask` only on the iterations that decide;
+    "every_iteration" computes it every iteration and keeps it only when deciding (the
+    earlier loop: the same numbers at a higher cost, kept for the benchmark).
+    """
+    from agents import envs
+
     if not isinstance(config, PPOConfig):
         raise ValueError(f"make_learner: config must be a PPOConfig, got {type(config).__name__}")
+    if ask not in ASK_MODES:
+        raise ValueError(f"make_learner: ask must be one of {ASK_MODES}, got {ask!r}")
+    env = envs.make(env)
     space = tuner.space
-    names = tuple(space.names)
-    idx = {n: names.index(n) for n in HP_NAMES if n in names}
+    check_space(space, config)
+    idx = {n: i for i, n in enumerate(space.names)}
     if config.max_batch_size is not None:
         max_batch = config.max_batch_size
     elif "batch_size" in idx:
@@ -270,27 +330,26 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     actor = nets.Actor(env.action_size, discrete, config.hidden_sizes, config.activation, config.init_log_std)
     critic = nets.Critic(config.hidden_sizes, config.activation)
     low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    defaults = dict(learning_rate=config.learning_rate, clip_eps=config.clip_eps,
-                    gae_lambda=config.gae_lambda, batch_size=float(config.batch_size))
 
     def hp(values, name):
+        """The value of TUNABLE field `name` in effect: the tuner's, else the config's."""
         if name in idx:
             return values[idx[name]]
-        return jnp.asarray(defaults[name], jnp.float32)
+        return jnp.asarray(float(getattr(config, name)), jnp.float32)
 
-    def make_opt(learning_rate):
-        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                           optax.adam(learning_rate, eps=config.adam_eps))
+    def make_opt(learning_rate, max_grad_norm, adam_eps):
+        return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
 
-    opt = optax.inject_hyperparams(make_opt)(learning_rate=config.learning_rate)
+    opt = optax.inject_hyperparams(make_opt)(**{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
 
-    def set_lr(opt_state, lr):
+    def set_opt_hparams(opt_state, values):
         hps = dict(opt_state.hyperparams)
-        hps["learning_rate"] = jnp.asarray(lr, jnp.float32)
+        for n in OPTIMIZER_HPARAMS:
+            hps[n] = jnp.asarray(hp(values, n), jnp.float32)
         return opt_state._replace(hyperparams=hps)
 
-    def norm(stats, obs):
-        return normalize_obs(stats, obs, config.obs_clip) if config.normalize_obs else obs
+    def norm(stats, obs, values):
+        return normalize_obs(stats, obs, hp(values, "obs_clip")) if config.normalize_obs else obs
 
     def n_steps_of(hparams):
         batch = jnp.round(hp(hparams, "batch_size")).astype(jnp.int32)
@@ -307,38 +366,38 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
         tuner_state = tuner.init(k_tuner)
         tuner_state, values = tuner.ask(tuner_state, k_ask)
         values = jnp.asarray(values, jnp.float32)
-        opt_state = set_lr(opt.init(params), hp(values, "learning_rate"))
+        opt_state = set_opt_hparams(opt.init(params), values)
         if env.host:
             env_state = obs = ep_running = None
         else:
             env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, E))
             ep_running = jnp.zeros((E,), jnp.float32)
-        zero = jnp.zeros((), jnp.float32)
+        nan = jnp.full((), jnp.nan, jnp.float32)
         return LearnerState(params=params, opt_state=opt_state, obs_stats=init_obs_stats(env.obs_size),
                             env_state=env_state, obs=obs, ep_running=ep_running, tuner_state=tuner_state,
-                            hparams=values, iteration=jnp.zeros((), jnp.int32), prev_reward=zero,
-                            prev_return=zero, has_reward=jnp.asarray(False), has_return=jnp.asarray(False),
+                            hparams=values, iteration=jnp.zeros((), jnp.int32), prev_reward=nan,
+                            prev_return=nan, has_reward=jnp.asarray(False), has_return=jnp.asarray(False),
                             key=k_next)
 
     # -- acting --
-    def act_with(params, stats, obs, key):
-        obs_n = norm(stats, obs)
-        dist = actor.apply(params["actor"], obs_n)
+    def act_with(state, obs, key):
+        obs_n = norm(state.obs_stats, obs, state.hparams)
+        dist = actor.apply(state.params["actor"], obs_n)
         action = nets.sample(key, dist, discrete)
         return dict(action=action, env_action=env_action(action), logp=nets.log_prob(dist, action, discrete),
-                    value=critic.apply(params["critic"], obs_n), obs_norm=obs_n)
+                    value=critic.apply(state.params["critic"], obs_n), obs_norm=obs_n)
 
     def act(state, obs, t):
         """Host path: obs (E, obs_size) raw -> actions etc. for rollout step t."""
         key = jax.random.fold_in(jax.random.fold_in(state.key, 7), t)
-        return act_with(state.params, state.obs_stats, jnp.asarray(obs, jnp.float32), key)
+        return act_with(state, jnp.asarray(obs, jnp.float32), key)
 
     def mode(state, obs):
-        dist = actor.apply(state.params["actor"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32)))
+        dist = actor.apply(state.params["actor"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
         return env_action(nets.mode(dist, discrete))
 
     def value(state, obs):
-        return critic.apply(state.params["critic"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32)))
+        return critic.apply(state.params["critic"], norm(state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
 
     # -- rollout (JAX envs) --
     def rollout(state, key):
@@ -348,7 +407,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
             env_state, obs, running, key = carry
             key, k_act, k_env = jax.random.split(key, 3)
             valid = t < n_steps
-            out = act_with(state.params, state.obs_stats, obs, k_act)
+            out = act_with(state, obs, k_act)
 
             def do(_):
                 s, o, r, d = jax.vmap(env.step)(jax.random.split(k_env, E), env_state, out["env_action"])
@@ -367,31 +426,46 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
 
         carry = (state.env_state, state.obs, state.ep_running, key)
         (env_state, obs, running, _), traj = jax.lax.scan(step, carry, jnp.arange(max_steps))
-        traj["last_value"] = critic.apply(state.params["critic"], norm(state.obs_stats, obs))
+        traj["last_value"] = critic.apply(state.params["critic"], norm(state.obs_stats, obs, state.hparams))
         return state.replace(env_state=env_state, obs=obs, ep_running=running), traj
 
     # -- learning from a trajectory (shared by both paths) --
-    def loss_fn(params, batch, mask, clip_eps):
-        return ppo_loss(actor.apply, critic.apply, params, batch, mask, clip_eps, config.vf_coef,
-                        config.ent_coef, discrete)
+    def loss_fn(params, batch, mask, hparams):
+        return ppo_loss(actor.apply, critic.apply, params, batch, mask, hp(hparams, "clip_eps"),
+                        hp(hparams, "vf_coef"), hp(hparams, "ent_coef"), discrete)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
-    def learn(state, traj):
-        """traj: obs, raw_obs (T, E, obs_size); action (T, E[, a]); logp, value, reward,
-        ep_return (T, E) float; done, valid, ep_done (T, E) bool; last_value (E,)."""
+    def decide(tuner_state, hparams, key, do_ask):
+        """(tuner state, values in effect) after asking when `do_ask` (a bool scalar)."""
+        def asked(ts):
+            ts, values = tuner.ask(ts, key)
+            return ts, jnp.asarray(values, jnp.float32)
+
+        if ask == "every_iteration":
+            asked_state, values = asked(tuner_state)
+            return _select(do_ask, asked_state, tuner_state), jnp.where(do_ask, values, hparams)
+        return jax.lax.cond(do_ask, asked, lambda ts: (ts, hparams), tuner_state)
+
+    def learn(state, traj, do_ask=None):
+        """One PPO update from a trajectory, the tuner's tell, and its ask when deciding.
+
+        traj: obs, raw_obs (T, E, obs_size); action (T, E[, a]); logp, value, reward,
+        ep_return (T, E) float; done, valid, ep_done (T, E) bool; last_value (E,).
+        do_ask: bool scalar, ask the tuner after this iteration (None: when
+        (state.iteration + 1) % tune_every == 0; pass an unbatched value under vmap so
+        that only deciding iterations pay for the ask)."""
         key, k_epochs, k_ask, k_next = jax.random.split(state.key, 4)
         hparams = state.hparams
-        lr, clip_eps, lam = hp(hparams, "learning_rate"), hp(hparams, "clip_eps"), hp(hparams, "gae_lambda")
         valid = traj["valid"]
         reward = traj["reward"]
-        adv, target = gae(reward * config.reward_scale, traj["value"], traj["done"], valid,
-                          traj["last_value"], config.gamma, lam)
+        adv, target = gae(reward * hp(hparams, "reward_scale"), traj["value"], traj["done"], valid,
+                          traj["last_value"], hp(hparams, "gamma"), hp(hparams, "gae_lambda"))
         flat = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"], adv=adv, target=target)
         flat = jax.tree.map(lambda x: x.reshape((N,) + x.shape[2:]), flat)
         vflat = valid.reshape(N)
         n_valid = jnp.sum(vflat.astype(jnp.int32))
-        opt_state = set_lr(state.opt_state, lr)
+        opt_state = set_opt_hparams(state.opt_state, hparams)
 
         def epoch(carry, k):
             perm = jnp.argsort(jnp.where(vflat, jax.random.uniform(k, (N,)), 2.0))
@@ -404,7 +478,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
                 rows = perm[jnp.minimum(start + pos, N - 1)]
                 mask = pos < size
                 batch = jax.tree.map(lambda x: x[rows], flat)
-                grads, _ = grad_fn(params, batch, mask, clip_eps)
+                grads, _ = grad_fn(params, batch, mask, hparams)
                 updates, new_opt = opt.update(grads, opt_state, params)
                 new_params = optax.apply_updates(params, updates)
                 finite = all_finite(new_params) & all_finite(new_opt)
@@ -421,44 +495,55 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
 
         stats = update_obs_stats(state.obs_stats, traj["raw_obs"], valid) if config.normalize_obs else state.obs_stats
 
-        # training reward and episode returns of this iteration
+        # training reward and episode returns of this iteration; invalid data -> NaN
         frames = n_valid
+        rewards_ok = jnp.all(jnp.where(valid, jnp.isfinite(reward) & (jnp.abs(reward) <= MAX_ABS_OBJECTIVE), True))
         R = jnp.sum(jnp.where(valid, reward, 0.0)) / jnp.maximum(frames, 1).astype(jnp.float32)
+        R_valid = jnp.where(rewards_ok, R, jnp.nan)
         n_ep = jnp.sum(traj["ep_done"].astype(jnp.float32))
         ep_mean = jnp.sum(jnp.where(traj["ep_done"], traj["ep_return"], 0.0)) / jnp.maximum(n_ep, 1.0)
+        ep_ok = rewards_ok & jnp.isfinite(ep_mean) & (jnp.abs(ep_mean) <= MAX_ABS_OBJECTIVE)
         has_return_now = state.has_return | (n_ep > 0)
-        ep_return = jnp.where(n_ep > 0, ep_mean, state.prev_return)
+        ep_return = jnp.where(n_ep > 0, jnp.where(ep_ok, ep_mean, jnp.nan), state.prev_return)
 
         if config.objective == "reward_change":
-            objective, do_tell = R - state.prev_reward, state.has_reward
+            objective, do_tell = R_valid - state.prev_reward, state.has_reward
         elif config.objective == "reward":
-            objective, do_tell = R, jnp.asarray(True)
+            objective, do_tell = R_valid, jnp.asarray(True)
         else:
             objective, do_tell = ep_return - state.prev_return, state.has_return & has_return_now
         objective = jnp.where(do_tell, objective, 0.0).astype(jnp.float32)
         tuner_state = _select(do_tell, tuner.tell(state.tuner_state, objective), state.tuner_state)
-        do_ask = (state.iteration + 1) % config.tune_every == 0
-        asked_state, asked = tuner.ask(tuner_state, k_ask)
-        tuner_state = _select(do_ask, asked_state, tuner_state)
-        new_hparams = jnp.where(do_ask, jnp.asarray(asked, jnp.float32), hparams)
+        if do_ask is None:
+            do_ask = (state.iteration + 1) % config.tune_every == 0
+        tuner_state, new_hparams = decide(tuner_state, hparams, k_ask, do_ask)
 
         metrics = dict(train_reward=R, objective=objective, hparams=hparams, frames=frames,
                        rejected=rejected.astype(jnp.int32), episode_return=ep_return)
         state = state.replace(params=params, opt_state=opt_state, obs_stats=stats, tuner_state=tuner_state,
-                              hparams=new_hparams, iteration=state.iteration + 1, prev_reward=R,
+                              hparams=new_hparams, iteration=state.iteration + 1, prev_reward=R_valid,
                               prev_return=ep_return, has_reward=jnp.asarray(True), has_return=has_return_now,
                               key=k_next)
         return state, metrics
 
-    def one_iteration(state, _):
-        key, k_roll = jax.random.split(state.key)
-        state, traj = rollout(state.replace(key=key), k_roll)
-        return learn(state, traj)
+    def iterate(state, num_iterations: int, start=None):
+        """`num_iterations` iterations in one lax.scan -> (state, metrics (num_iterations, ...)).
 
-    def iterate(state, num_iterations: int):
+        start: the number of the first iteration (an int or an unbatched int32 scalar:
+        the same for every agent of a vmapped batch), so that the tuner asks only on the
+        deciding iterations; None reads state.iteration (per agent: under vmap every
+        iteration then computes the ask)."""
         if env.host:
             raise ValueError(f"iterate: {env.name} is a host (gymnasium) env; use agents.driver.run")
-        return jax.lax.scan(one_iteration, state, None, length=num_iterations)
+
+        def one_iteration(state, it):
+            key, k_roll = jax.random.split(state.key)
+            state, traj = rollout(state.replace(key=key), k_roll)
+            do_ask = None if it is None else (it + 1) % config.tune_every == 0
+            return learn(state, traj, do_ask)
+
+        its = None if start is None else jnp.asarray(start, jnp.int32) + jnp.arange(num_iterations, dtype=jnp.int32)
+        return jax.lax.scan(one_iteration, state, its, length=num_iterations)
 
     def evaluate(state, key):
         """Deterministic (mean-action) return of one episode of at most eval_steps steps."""
@@ -469,8 +554,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
 
         def step(carry, k):
             env_state, obs, ret, alive = carry
-            dist = actor.apply(state.params["actor"], norm(state.obs_stats, obs))
-            env_state, obs, r, d = env.step(k, env_state, env_action(nets.mode(dist, discrete)))
+            env_state, obs, r, d = env.step(k, env_state, mode(state, obs))
             return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
 
         carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
@@ -487,6 +571,6 @@ def make_train(config: PPOConfig, env, tuner) -> Callable:
     learner = make_learner(config, env, tuner)
 
     def train(key):
-        return learner.iterate(learner.init(key), config.num_iterations)
+        return learner.iterate(learner.init(key), config.num_iterations, 0)
 
     return train
