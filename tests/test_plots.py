@@ -1,0 +1,161 @@
+"""experiments.plots: ranking without evaluations, the aggregate outputs of `plot()` on a
+small synthetic study, and figures with deterministic bytes."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import plots
+from experiments import results as R
+from experiments import stats as ST
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_STUDY = ROOT / "experiments" / "cpu_study"
+
+
+def unit(env: str, method: str, seeds: int, rng, final=None, iterations: int = 20, evals: int = 2):
+    """A UnitResult of random numbers; `final`: (seeds,) final evaluation reward sums."""
+    S, T = seeds, iterations
+    eval_reward = rng.normal(0.0, 10.0, (S, evals))
+    if final is not None:
+        eval_reward[:, -1] = final
+    return R.UnitResult(
+        seeds=np.arange(S, dtype=np.int32), train_reward=rng.normal(size=(S, T)).astype(np.float32),
+        objective=rng.normal(size=(S, T)).astype(np.float32), hparams=rng.uniform(size=(S, T, 4)).astype(np.float32),
+        frames=np.full((S, T), 256, np.int64), rejected=np.zeros((S, T), np.int32),
+        episode_return=rng.normal(size=(S, T)).astype(np.float32),
+        eval_iteration=np.linspace(T // evals, T, evals).astype(np.int32), eval_reward=eval_reward.astype(np.float32),
+        tuner_time=rng.uniform(1e-4, 1e-3, T), meta=dict(env=env, method=method))
+
+
+def synthetic_study(out: Path) -> list[R.UnitResult]:
+    """Env A: three methods, 'random' without any final evaluation (NaN for every seed);
+    env B: no 'fixed' unit, 'hypercontroller' with 2 seeds and one NaN seed. Saved to out."""
+    rng = np.random.default_rng(0)
+    units = [
+        unit("A", "hypercontroller", 3, rng, final=[30.0, 10.0, 20.0]),
+        unit("A", "random", 3, rng, final=[np.nan] * 3),
+        unit("A", "fixed", 3, rng, final=[0.0, 5.0, 40.0]),
+        unit("B", "hypercontroller", 2, rng, final=[-1.0, np.nan]),
+        unit("B", "random", 3, rng, final=[-3.0, -2.0, -5.0]),
+    ]
+    study = R.StudyDir(out)
+    for u in units:
+        study.save_unit(u)
+    return units
+
+
+def test_ranks_skip_methods_without_a_finite_median():
+    assert plots.ranks({"a": 1.0, "b": np.nan, "c": 3.0, "d": 3.0}) == {"a": 3, "b": None, "c": 1, "d": 1}
+    assert plots.ranks({"a": np.nan}) == {"a": None}
+
+
+def test_results_table_shows_a_dash_and_no_rank_without_an_evaluation(tmp_path):
+    units = synthetic_study(tmp_path)
+    rows = {(r["env"], r["method"]): r for r in plots.results_rows(units)}
+    assert rows[("A", "random")]["rank"] is None
+    assert rows[("A", "hypercontroller")]["rank"] == 1 and rows[("A", "fixed")]["rank"] == 2  # medians 20, 5
+    assert rows[("B", "hypercontroller")]["rank"] == 1 and rows[("B", "random")]["rank"] == 2  # -1 vs -3
+    table = plots.results_table(units)
+    assert "| A | 20 [15, 25] (1) | – | 5 [2.5, 22.5] (2) |" in table
+    assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | - |" in table  # '-': no unit
+
+
+def test_plot_writes_the_aggregate_outputs_of_a_synthetic_study(tmp_path):
+    units = synthetic_study(tmp_path)
+    paths = plots.plot(tmp_path, reps=200)
+    for name in ("aggregate.png", "probability_of_improvement.png", "performance_profile.png",
+                 "fig1_tuning_time.png", "fig1_iterations.png", "fig2_final.png"):
+        png = (tmp_path / "figures" / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in png
+    got = json.loads((tmp_path / "tables" / "aggregate.json").read_text())
+    assert paths["aggregate_json"] == tmp_path / "tables" / "aggregate.json"
+    expected = ST.summarise(plots.study_scores(units), reps=200)
+    # normalisation over the study: A from 0 (fixed) to 40 (fixed), B from -5 to -1
+    assert got["normalisation"]["reference"] == {"A": [0.0, 40.0], "B": [-5.0, -1.0]}
+    hc = got["aggregates"]["hypercontroller"]
+    # HC's runs: A 30/40, 10/40, 20/40 and B (−1 + 5)/4 = 1 -> pooled .25 .5 .75 1: IQM .625
+    assert hc["iqm"] == pytest.approx(0.625) and hc["runs"] == 4
+    assert hc["mean"] == pytest.approx((0.5 + 1.0) / 2)
+    assert hc["iqm_ci"] == pytest.approx(expected["aggregates"]["hypercontroller"]["iqm_ci"])
+    assert got["aggregates"]["random"]["envs"] == ["B"] and got["aggregates"]["random"]["missing_envs"] == ["A"]
+    assert got["aggregates"]["fixed"]["missing_envs"] == ["B"]
+    vs = got["improvement"]["vs"]
+    assert got["improvement"]["baseline"] == "hypercontroller" and set(vs) == {"random", "fixed"}
+    assert vs["random"]["p"] == 1.0 and vs["random"]["envs"] == ["B"]  # -1 beats -3, -2, -5
+    assert vs["fixed"]["p"] == pytest.approx(6.0 / 9.0)  # each of 30, 10, 20 beats 0 and 5, not 40
+    assert len(got["profile"]["taus"]) == len(ST.TAUS)
+    table = (tmp_path / "tables" / "aggregate.md").read_text()
+    assert "relative to this study" in table
+    assert "| HC | 4 / 2 | 0.625 [" in table
+    assert "| R | 3 / 1 |" in table and "R has no score on A" in table and "Fixed has no score on B" in table
+    assert "One seed only in B / HC" in table
+    report = (tmp_path / "report.md").read_text()
+    for link in ("figures/aggregate.png", "figures/probability_of_improvement.png",
+                 "figures/performance_profile.png", "tables/aggregate.json", "## aggregate"):
+        assert link in report
+
+
+def test_plot_without_hypercontroller_still_writes_every_output(tmp_path):
+    rng = np.random.default_rng(1)
+    R.StudyDir(tmp_path).save_unit(unit("A", "random", 1, rng, final=[1.0]))
+    plots.plot(tmp_path, reps=50)
+    got = json.loads((tmp_path / "tables" / "aggregate.json").read_text())
+    assert got["improvement"]["vs"] == {} and got["aggregates"]["random"]["iqm"] == 0.5  # a single run
+    assert "No HC units" in (tmp_path / "tables" / "aggregate.md").read_text()
+    assert (tmp_path / "figures" / "probability_of_improvement.png").stat().st_size > 1000
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for d in ("figures", "tables") for p in sorted((out / d).iterdir())}
+
+
+def test_replotting_gives_byte_identical_files(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    synthetic_study(one)
+    shutil.copytree(one / "units", two / "units")
+    plots.plot(one, reps=100)
+    first = outputs(one)
+    plots.plot(one, reps=100)  # again into the same directory
+    plots.plot(two, reps=100)
+    assert len(first) == 11
+    assert outputs(one) == first and outputs(two) == first
+
+
+def test_log_limits_snap_to_tick_values():
+    assert plots._log_limits(np.array([0.0123, 0.0456])) == pytest.approx((0.01, 0.05))
+    assert plots._log_limits(np.array([3.2e-5, 0.0199, np.nan, 0.0])) == pytest.approx((3e-5, 0.02))
+    assert plots._log_limits(np.array([0.02])) == pytest.approx((0.02, 0.2))
+    assert plots._log_limits(np.array([9.5])) == pytest.approx((9.0, 10.0))
+
+
+FIG1 = """
+import sys
+from experiments import plots, results as R
+plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
+"""
+
+
+def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(tmp_path):
+    # The committed cpu_study's Figure 1 has a tick within 0.01 px of an axes edge; with
+    # autoscaled log limits it was drawn differently when NumPy used AVX-512 (last bits of
+    # log10). Drawn in two processes, with AVX-512 disabled in one where this CPU has it.
+    from numpy._core._multiarray_umath import __cpu_features__ as features
+
+    off = [f for f in ("AVX512_SPR", "AVX512_ICL", "AVX512_SKX", "X86_V4") if features.get(f)]
+    pngs = []
+    for i, disable in enumerate(([], off)):
+        env = dict(os.environ)
+        env.pop("NPY_DISABLE_CPU_FEATURES", None)
+        if disable:
+            env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
+        png = tmp_path / f"fig{i}.png"
+        subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
+                       timeout=300)
+        pngs.append(png.read_bytes())
+    assert pngs[0] == pngs[1]
