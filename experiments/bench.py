@@ -21,6 +21,7 @@ import traceback
 from contextlib import redirect_stdout
 from pathlib import Path
 
+from experiments import deps
 from experiments import results as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_ppo")  # quickest first
@@ -107,7 +108,7 @@ def run(out: Path, quick: bool = False, scripts=SCRIPTS) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "device": R.device_info(), "packages": R.package_versions(), "git": R.git_commit(),
+              "device": deps.devices(), "packages": deps.versions(), "git": R.git_commit(),
               "quick": quick, "benchmarks": {}}
     paths = {"json": out / "report.json", "markdown": out / "report.md"}
     for name in scripts:

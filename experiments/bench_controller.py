@@ -14,7 +14,7 @@ import argparse
 import jax
 
 import hcjax
-from experiments.results import device_info
+from experiments.deps import devices as device_info
 from experiments.timing import median_seconds, print_table, write_json_atomic
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import hcjax  # noqa: E402
 from agents import driver, envs
 from agents.ppo import PPOConfig, make_learner
-from experiments.results import device_info
+from experiments.deps import devices as device_info
 from experiments.timing import print_table, write_json_atomic
 
 TUNERS = ("fixed", "hypercontroller", "gp_ucb")

@@ -1,27 +1,91 @@
 """The `hcjax` command (also `python -m experiments`).
 
-    hcjax run --preset {smoke,cpu,paper} [--envs E ...] [--methods M ...] [--seeds N]
-              [--iterations N] [--out DIR] [--no-progress] [--no-plot] [--distributed]
-              [--stall-timeout S] [--idle-timeout S] [--max-restarts N] [--no-watchdog]
+    hcjax run [--preset NAME | --config STUDY.toml] [--envs E ...] [--methods M ...]
+              [--seeds N] [--iterations N] [--space NAME=LOW:HIGH[:log][:int] ...]
+              [--out DIR] [--no-progress] [--no-plot] [--distributed]
     hcjax plot DIR
     hcjax bench [--out DIR] [--quick]
-    hcjax presets
+    hcjax presets [--toml NAME]
+    hcjax info
 
-`run` runs the study in a worker process and restarts it (it resumes) when it makes no
-progress for --stall-timeout seconds (XLA:CPU sometimes never completes a vmapped Brax
-program; see `supervise`). It validates the whole configuration before anything is compiled (a bad env, method,
-preset or count exits with status 2 and a message naming the field and the allowed
-values), resumes in an existing DIR (finished units are skipped), then writes the
-figures and tables (as `hcjax plot DIR`) and prints the results table.
+Exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
+that is a file, unwritable, in use by another run, or holding another study), always
+detected before any work starts, with a message naming the field and the allowed
+values; 1 our failure during the work, reported with the exception's type, message and
+location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM; 129 for SIGHUP), with how many units finished: rerunning the same
+command resumes. `hcjax run` starts no other process, so nothing outlives it.
 """
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import io
+import math
+import signal
 import sys
+import threading
+import traceback
+import warnings
 from pathlib import Path
 
 from experiments import presets
+
+# Third-party warnings that say nothing about this run (filtered here, never in the library).
+KNOWN_WARNINGS = (
+    (UserWarning, r"Brax System, piplines and environments are not actively being maintained"),
+    (DeprecationWarning, r"JAXopt is no longer maintained"),
+    (DeprecationWarning, r"builtin type (SwigPyPacked|SwigPyObject|swigvarlink) has no __module__ attribute"),
+)
+
+
+# Lines third-party packages print on import (mujoco.mjx when warp, a GPU-only
+# package, is absent), dropped while the CLI imports them.
+KNOWN_PRINTS = ("Failed to import warp:", "Failed to import mujoco_warp:")
+
+
+@contextlib.contextmanager
+def _without_known_prints():
+    """Drop the KNOWN_PRINTS lines from stdout while the block runs (imports)."""
+    real = sys.stdout
+
+    class Filter(io.TextIOBase):
+        pending = ""
+
+        def write(self, text):
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                if not line.startswith(KNOWN_PRINTS):
+                    real.write(line + "\n")
+            return len(text)
+
+        def flush(self):
+            real.flush()
+
+    sys.stdout = quiet = Filter()
+    try:
+        yield
+    finally:
+        sys.stdout = real
+        if quiet.pending and not quiet.pending.startswith(KNOWN_PRINTS):
+            real.write(quiet.pending)
+
+
+class UsageError(Exception):
+    """The user's mistake, found before any work started: exit status 2."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: stop like Ctrl-C (exit status 128 + the signal)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
 
 
 def _names(values: list[str] | None) -> list[str] | None:
@@ -35,34 +99,62 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hcjax", description="HyperController study: run, plot, bench.")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a study preset (resumes in an existing --out)")
-    run.add_argument("--preset", default="smoke", help=f"one of {', '.join(presets.PRESETS)} (default smoke)")
-    run.add_argument("--envs", nargs="+", help=f"environments; known: {', '.join(presets.KNOWN_ENVS)}")
+    run = sub.add_parser("run", help="run a study (resumes in an existing --out)")
+    which = run.add_mutually_exclusive_group()
+    which.add_argument("--preset", default=None, help=f"one of {', '.join(presets.PRESETS)} (default smoke)")
+    which.add_argument("--config", help="a study file (TOML; see `hcjax presets --toml NAME` for the format)")
+    run.add_argument("--space", nargs="+", metavar="NAME=LOW:HIGH[:log][:int][:default=V]",
+                     help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space")
+    run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
+                                               "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.METHODS)}")
     run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
     run.add_argument("--out", help="study directory (default results/<preset>)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
+    run.add_argument("--memory-limit-gib", type=float, default=8.0,
+                     help="refuse a unit estimated to need more memory than this (GiB, default 8)")
     run.add_argument("--distributed", action="store_true",
                      help="call jax.distributed.initialize() first (multi-host: one process per host)")
-    run.add_argument("--stall-timeout", type=float, default=900.0,
-                     help="restart the run (resuming) after this many seconds without progress (default 900)")
-    run.add_argument("--idle-timeout", type=float, default=120.0,
-                     help="restart sooner when the worker also used no CPU for this many seconds (default 120)")
-    run.add_argument("--max-restarts", type=int, default=1,
-                     help="restarts of one stalled unit before it is skipped (default 1)")
-    run.add_argument("--no-watchdog", action="store_true", help="run in this process, without the restarter")
 
-    plot = sub.add_parser("plot", help="write Figures 1-2 and the tables of a study directory")
+    plot = sub.add_parser("plot", help="write the figures and tables of a study directory")
     plot.add_argument("dir")
 
     bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
     bench.add_argument("--out", default="bench_out", help="report directory (default bench_out/)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats (each script's --quick)")
 
-    sub.add_parser("presets", help="print the presets and their reductions from the paper")
+    shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
+    shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
+    sub.add_parser("info", help="print the versions of hcjax and its dependencies, and the devices")
     return ap
+
+
+def parse_hyperparameter(text: str) -> dict:
+    """`--space` entry NAME=LOW:HIGH[:log][:int][:default=V] -> Hyperparameter fields."""
+    form = "NAME=LOW:HIGH[:log][:int][:default=V]"
+    name, eq, rest = text.partition("=")
+    parts = rest.split(":")
+    if not eq or not name or len(parts) < 2:
+        raise ValueError(f"--space {text!r}: expected {form}")
+    try:
+        entry = {"name": name, "low": float(parts[0]), "high": float(parts[1])}
+    except ValueError:
+        raise ValueError(f"--space {text!r}: LOW and HIGH must be numbers ({form})") from None
+    for flag in parts[2:]:
+        if flag == "log":
+            entry["scale"] = "log"
+        elif flag == "int":
+            entry["integer"] = True
+        elif flag.startswith("default="):
+            try:
+                entry["default"] = float(flag[len("default="):])
+            except ValueError:
+                raise ValueError(f"--space {text!r}: default must be a number") from None
+        else:
+            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; allowed: log, int, default=V ({form})")
+    return entry
 
 
 def describe_presets() -> str:
@@ -72,146 +164,163 @@ def describe_presets() -> str:
         lines.append(f"{p.name}: {p.description}")
         lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({e.path})' for e in plan.envs)}")
         lines.append(f"  methods: {', '.join(p.methods)}; seeds {p.seeds}; iterations {p.iterations}; "
-                     f"batch size {p.batch_size}; PPO {dict(p.ppo)}")
+                     f"PPO {dict(p.ppo)}")
+        lines.append(f"  space: {', '.join(_describe_hyperparameter(h) for h in p.space)}")
         for r in p.reductions:
             lines.append(f"  - {r}")
     return "\n".join(lines)
 
 
-WORKER = "HCJAX_RUN_WORKER"
+def _describe_hyperparameter(h: dict) -> str:
+    flags = (":log" if h.get("scale") == "log" else "") + (":int" if h.get("integer") else "")
+    return f"{h['name']}={h['low']:g}:{h['high']:g}{flags}"
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system, all threads) of process `pid` from /proc; -1 if unknown."""
+def cmd_presets(args) -> int:
+    if args.toml is None:
+        with _without_known_prints():
+            text = describe_presets()
+        print(text)
+        return 0
+    if args.toml not in presets.PRESETS:
+        raise UsageError(f"unknown preset {args.toml!r}; allowed: {', '.join(presets.PRESETS)}")
+    from experiments import studyfile
+
+    print(studyfile.dumps(presets.PRESETS[args.toml]), end="")
+    return 0
+
+
+def _in_config(args, error: ValueError) -> str:
+    """The message of a configuration error, naming the study file it came from."""
+    text = str(error)
+    if args.config and not text.startswith("--config"):
+        return f"--config {args.config}: {text}"
+    return text
+
+
+def cmd_run(args) -> int:
+    from experiments import results as R
+
+    # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return -1.0
+        if args.config:
+            from experiments import studyfile
 
-
-def supervise(argv: list[str], out: Path, stall_timeout: float, max_restarts: int = 1,
-              idle_timeout: float = 120.0) -> int:
-    """Run `hcjax run ARGV` in a worker process; restart it (it resumes) when its
-    heartbeat file is older than `stall_timeout` seconds, or older than `idle_timeout`
-    seconds while the worker used less than one CPU second in that time (the signature
-    of the hang below: background threads still tick a few milliseconds).
-
-    XLA:CPU sometimes never completes a vmapped PPO program here (every thread idle in
-    a futex wait, no CPU used): at random for some Brax units, every time for PB2 on
-    Brax Reacher. Killing the worker loses only the unit in flight. A unit that stalls
-    more than `max_restarts` times is marked stalled (OUT/units/<unit>.stalled.json)
-    and skipped, so the rest of the study still runs; its table cells stay empty.
-    """
-    import json
-    import subprocess
-    import time
-
-    from experiments import results
-
-    env = dict(os.environ, **{WORKER: "1"})
-    beat, inflight = out / results.HEARTBEAT, out / results.INFLIGHT
-    stalls: dict[str, int] = {}
-    while True:
-        start = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], env=env)
-        try:
-            cpu_mark, busy = cpu_seconds(proc.pid), time.time()
-            while proc.poll() is None:
-                time.sleep(0.5)
-                now = time.time()
-                last = max(start, beat.stat().st_mtime if beat.exists() else start)
-                used = cpu_seconds(proc.pid)
-                if used - cpu_mark >= 1.0:  # a full CPU second since the mark: working
-                    cpu_mark, busy = used, now
-                # no heartbeat for stall_timeout, or for idle_timeout while (almost) no CPU was used
-                if now - last > stall_timeout or (used >= 0 and now - max(last, busy) > idle_timeout):
-                    break
-            else:
-                return proc.returncode
-        except BaseException:
-            proc.kill()
-            raise
-        proc.kill()
-        proc.wait()
-        unit = inflight.read_text().strip() if inflight.exists() and inflight.stat().st_mtime >= start else ""
-        stalls[unit] = stalls.get(unit, 0) + 1
-        print(f"hcjax run: no progress for {time.time() - last:.0f} s in {unit or 'start-up'} "
-              f"(stall {stalls[unit]}); restarting the run (finished units are kept)", file=sys.stderr, flush=True)
-        if stalls[unit] > max_restarts:
-            if not unit:
-                print("hcjax run: the worker stalls before its first unit; giving up", file=sys.stderr)
-                return 1
-            marker = results.stalled_path(out, unit)
-            results.atomic_write_text(marker, json.dumps({"unit": unit, "stalls": stalls[unit],
-                                                          "stall_timeout_s": stall_timeout}))
-            print(f"hcjax run: {unit} stalled {stalls[unit]} times; skipping it ({marker})",
-                  file=sys.stderr, flush=True)
-
-
-def cmd_run(args, ap, argv) -> int:
-    try:
-        plan = presets.resolve(args.preset, envs=_names(args.envs), methods=_names(args.methods),
-                               seeds=args.seeds, iterations=args.iterations)
+            study = studyfile.load(args.config)
+        else:
+            study = args.preset or "smoke"
+        with _without_known_prints():  # resolving names imports the registries
+            plan = presets.resolve(study, envs=_names(args.envs), methods=_names(args.methods), seeds=args.seeds,
+                               iterations=args.iterations,
+                               space=None if args.space is None else [parse_hyperparameter(a) for a in args.space])
     except ValueError as e:
-        ap.error(str(e))
-    out = Path(args.out or Path("results") / plan.preset.name)
-    if os.environ.get(WORKER):  # a supervised worker: show life before the slow imports
-        from experiments import results
-
-        out.mkdir(parents=True, exist_ok=True)
-        results.heartbeat(out)
-    if not (args.no_watchdog or args.distributed or os.environ.get(WORKER)):
-        for name in ("stall_timeout", "idle_timeout"):
-            if not getattr(args, name) > 0:
-                ap.error(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
-        return supervise(argv, out, args.stall_timeout, max(0, args.max_restarts), args.idle_timeout)
+        raise UsageError(_in_config(args, e)) from None
+    store = R.StudyDir(args.out or Path("results") / plan.preset.name)
     if args.distributed:
         import jax
 
         jax.distributed.initialize()  # coordinator, process count and id from the environment
-    from experiments import runner
-
-    try:
-        runner.check(plan)
-    except ValueError as e:
-        ap.error(str(e))
-    print(f"hcjax run: preset {plan.preset.name}, {len(plan.envs)} env(s) x {len(plan.preset.methods)} "
-          f"method(s) x {plan.preset.seeds} seed(s), {plan.preset.iterations} iterations -> {out}", flush=True)
-    for e in plan.envs:
-        print(f"  {e.label}: {e.make} ({e.path}) - {e.why}", flush=True)
-    try:
-        runner.run(plan, out, progress=not args.no_progress)
-    except ValueError as e:
-        ap.error(str(e))
     import jax
 
-    if jax.process_index() != 0:  # only process 0 writes and reports
+    from experiments import runner
+
+    writer = jax.process_index() == 0
+    try:
+        if not (args.memory_limit_gib > 0 and math.isfinite(args.memory_limit_gib)):
+            raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {args.memory_limit_gib}")
+        with _without_known_prints():
+            runner.check(plan, args.memory_limit_gib)
+    except ValueError as e:
+        raise UsageError(_in_config(args, e)) from None
+    try:
+        if writer:
+            store.check_writable()
+    except ValueError as e:
+        raise UsageError(e) from None
+    with contextlib.ExitStack() as stack:
+        if writer:
+            try:
+                stack.enter_context(store.lock())
+            except R.StudyBusy as e:
+                raise UsageError(e) from None
+        return _run_locked(args, plan, store, writer)
+
+
+def _run_locked(args, plan, store, writer: bool) -> int:
+    from experiments import runner
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+        if writer:
+            store.log(msg)
+
+    try:
+        keys = runner.prepare(plan, store, log) if writer else runner.unit_keys(plan)
+    except ValueError as e:
+        raise UsageError(e) from None
+    # -- the work: from here on a failure is ours (exit 1) --
+    p = plan.preset
+    log(f"hcjax run: preset {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x {p.seeds} seed(s), "
+        f"{p.iterations} iterations -> {store.path}")
+    for e in plan.envs:
+        log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
+    try:
+        runner.run(plan, store, keys, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
+    except (KeyboardInterrupt, Terminated) as e:
+        done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
+        what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"
+        log(f"hcjax run: {what}; {done} of {len(plan.units)} units finished in {store.path}. "
+            f"Run the same command again to resume.")
+        return 130 if isinstance(e, KeyboardInterrupt) else 128 + e.signum
+    except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
+        if writer:
+            store.log("".join(traceback.format_exception(e)))
+        _report_failure(e, store.log_path if writer else None)
+        return 1
+    if not writer:  # only process 0 writes and reports
         return 0
-    print(runner.summary(out), flush=True)
-    if not args.no_plot and runner.R.load_units(out):
+    print(runner.summary(store), flush=True)
+    if not args.no_plot and store.units():
         from experiments import plots
 
-        paths = plots.plot(out)
-        print(f"figures: {paths['fig1_tuning_time']}, {paths['fig1_iterations']}, {paths['fig2_final']}")
+        paths = plots.plot(store.path)
+        print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
         print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
     return 0
 
 
-def cmd_plot(args, ap) -> int:
-    from experiments import plots
+def _report_failure(e: BaseException, log_path) -> None:
+    """One short report of our failure: type, message, where it was raised, the last frames."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    print(f"hcjax: failed: {type(e).__name__}: {e}{where}", file=sys.stderr)
+    short = "".join(traceback.format_list(frames[-3:]))
+    print("most recent calls:\n" + short.rstrip(), file=sys.stderr)
+    if log_path is not None:
+        print(f"full traceback: {log_path}", file=sys.stderr, flush=True)
 
+
+def cmd_plot(args) -> int:
+    from experiments import plots
+    from experiments import results as R
+
+    store = R.StudyDir(args.dir)
     try:
-        paths = plots.plot(args.dir)
+        if not store.path.is_dir():
+            raise ValueError(f"{store.path} is not a study directory")
+        units = store.units()
+        if not units:
+            raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {store.path}` first")
     except ValueError as e:
-        ap.error(str(e))
+        raise UsageError(e) from None
+    paths = plots.plot(store.path)
     print(Path(paths["results"]).read_text())
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
 
 
-def cmd_bench(args, ap) -> int:
+def cmd_bench(args) -> int:
     from experiments import bench
 
     report = bench.run(Path(args.out), quick=args.quick)
@@ -219,20 +328,41 @@ def cmd_bench(args, ap) -> int:
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 
 
+def cmd_info(args) -> int:
+    from experiments import deps
+
+    print(deps.describe())
+    problems = deps.check_apis()
+    for p in problems:
+        print(f"problem: {p}")
+    return 1 if problems else 0
+
+
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
+
+
 def main(argv: list[str] | None = None) -> int:
+    for category, message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()
-    args = ap.parse_args(argv)
-    if args.command == "run":
-        return cmd_run(args, ap, list(sys.argv[1:] if argv is None else argv))
-    if args.command == "plot":
-        return cmd_plot(args, ap)
-    if args.command == "bench":
-        return cmd_bench(args, ap)
-    if args.command == "presets":
-        print(describe_presets())
-        return 0
-    ap.error(f"unknown command {args.command!r}")
-    return 2
+    args = ap.parse_args(argv)  # bad arguments: argparse exits with status 2
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _raise_terminated)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"hcjax {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hcjax {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Terminated as e:
+        print(f"hcjax {args.command}: terminated by signal {e.signum}", file=sys.stderr)
+        return 128 + e.signum
+    except Exception as e:  # noqa: BLE001 - our failure outside a study run
+        _report_failure(e, None)
+        return 1
 
 
 if __name__ == "__main__":

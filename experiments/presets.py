@@ -9,14 +9,17 @@
     paper  the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per
            iteration, 3x256 networks, 10 epochs), meant for a GPU.
 
-`resolve(preset, envs=..., methods=..., seeds=..., iterations=...)` validates everything
-(names, counts) and returns a `Plan` before anything is imported from JAX or compiled.
+`resolve(preset, envs=..., methods=..., seeds=..., iterations=..., space=...)` validates
+everything (names, counts, the search space) and returns a `Plan` before anything is
+compiled (it imports the environment registries it needs). A preset can also come from
+a study file (`experiments.studyfile`).
 
 Environments. The paper's names (HalfCheetah-v4, BipedalWalker-v3, Pusher-v4,
-InvertedDoublePendulum-v4, Reacher-v4) are mapped per preset to either a Brax
+InvertedDoublePendulum-v4, Reacher-v4) are mapped per preset (`paths`) to either a Brax
 re-implementation (jitted, vmapped with the agents, fast) or the exact gymnasium task
-stepped on the host (the paper's environment, slower). Any name `agents.envs.make`
-knows (e.g. `CartPole-v1`, `halfcheetah`, `Pusher-v5`) can also be given directly.
+stepped on the host (the paper's environment, slower). Any other name is looked up by
+`agents.envs.resolve` in the registries of gymnax, Brax and gymnasium (bare, or with a
+`gymnax/`, `brax/` or `gymnasium/` prefix); its backend is recorded in the EnvChoice.
 """
 from __future__ import annotations
 
@@ -31,12 +34,6 @@ SHORT = {"hypercontroller": "HC", "random": "R", "pb2": "PB2", "gp_ucb": "GP-UCB
 
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
 
-# Names agents.envs.make accepts (its contract): Brax, gymnax, gymnasium host envs.
-BRAX_ENVS = ("halfcheetah", "pusher", "reacher", "inverted_double_pendulum")
-GYMNAX_ENVS = ("CartPole-v1", "Pendulum-v1")
-GYMNASIUM_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v5", "InvertedDoublePendulum-v4", "Reacher-v4")
-DIRECT_ENVS = BRAX_ENVS + GYMNAX_ENVS + GYMNASIUM_ENVS
-KNOWN_ENVS = tuple(dict.fromkeys(PAPER_ENVS + DIRECT_ENVS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +47,11 @@ class EnvChoice:
     why: str
 
 
-def _path_of(make: str) -> str:
-    return "brax" if make in BRAX_ENVS else "gymnax" if make in GYMNAX_ENVS else "gymnasium"
+def _backend_of(make: str) -> str:
+    """The library behind an environment name (ValueError with suggestions if unknown)."""
+    from agents import envs
+
+    return envs.resolve(make).backend
 
 
 # Per preset, the path of each paper environment and why. Speeds are the anchor figures
@@ -84,10 +84,12 @@ class Preset:
     envs: study environment names (keys of `paths` or direct agents.envs names);
     methods: tuner names; seeds: number of seeds (the same seeds 0..seeds-1 for every
     method); iterations: PPO iterations per run; eval_every: iterations between
-    evaluations; tune_every: iterations between `ask`s (tell every iteration);
-    batch_size: (low, high) frames per iteration, the tuned range; ppo: PPOConfig
-    field overrides; tuner: per-method option overrides; paths: paper env -> (make name,
-    why); reductions: every departure from the paper's settings, in words.
+    evaluations (and one after the last); tune_every: iterations between `ask`s (tell
+    every iteration); space: the tuned hyperparameters, one dict of
+    `hcjax.Hyperparameter` fields each (names: tunable PPOConfig fields; default the
+    paper's four, `paper_space()`); ppo: PPOConfig field overrides; tuner: per-method
+    option overrides; paths: study env -> (make name, why); reductions: every departure
+    from the paper's settings, in words.
     """
 
     name: str
@@ -97,7 +99,7 @@ class Preset:
     iterations: int
     eval_every: int = 10
     tune_every: int = 5
-    batch_size: tuple[int, int] = (1000, 6000)
+    space: tuple[Mapping[str, Any], ...] = ()
     ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     tuner: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     paths: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -108,9 +110,18 @@ class Preset:
     def to_dict(self) -> dict:
         """JSON-able form (for the manifest)."""
         d = dataclasses.asdict(self)
+        d["space"] = [dict(h) for h in self.space]
         d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
         d["paths"] = {k: list(v) for k, v in self.paths.items()}
         return d
+
+
+def paper_space(batch_size: tuple[int, int] = (1000, 6000)) -> tuple[dict, ...]:
+    """The paper's four hyperparameters (`hcjax.ppo_space`) as study-file entries."""
+    from hcjax import ppo_space
+
+    return tuple({k: v for k, v in dataclasses.asdict(h).items() if v is not None}
+                 for h in ppo_space(batch_size=batch_size).hyperparameters)
 
 
 PRESETS: dict[str, Preset] = {
@@ -122,7 +133,7 @@ PRESETS: dict[str, Preset] = {
         iterations=20,
         eval_every=10,
         tune_every=5,
-        batch_size=(128, 512),
+        space=paper_space(batch_size=(128, 512)),
         ppo=dict(num_envs=8, hidden_sizes=(32, 32), update_epochs=2, num_minibatches=4, eval_steps=500,
                  objective="return_change"),
         fast_compile=True,
@@ -147,7 +158,7 @@ PRESETS: dict[str, Preset] = {
         iterations=100,
         eval_every=10,
         tune_every=5,
-        batch_size=(256, 1536),
+        space=paper_space(batch_size=(256, 1536)),
         ppo=dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4, eval_steps=1000),
         tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
         paths=CPU_PATHS,
@@ -172,7 +183,7 @@ PRESETS: dict[str, Preset] = {
         iterations=1000,
         eval_every=10,
         tune_every=5,
-        batch_size=(1000, 6000),
+        space=paper_space(batch_size=(1000, 6000)),
         ppo=dict(hidden_sizes=(256, 256, 256), update_epochs=10, eval_steps=1000),
         paths=PAPER_PATHS,
         description="the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per "
@@ -193,6 +204,13 @@ class Plan:
     envs: tuple[EnvChoice, ...]
 
     @property
+    def space(self):
+        """The tuned hyperparameters as an hcjax.Space."""
+        from hcjax import Hyperparameter, Space
+
+        return Space(Hyperparameter(**entry) for entry in self.preset.space)
+
+    @property
     def units(self) -> list[tuple[EnvChoice, str]]:
         """(env, method) pairs in run order: environment-major."""
         return [(e, m) for e in self.envs for m in self.preset.methods]
@@ -203,14 +221,14 @@ class Plan:
         return d
 
 
-def _names(field: str, given: Sequence[str], allowed: Sequence[str]) -> tuple[str, ...]:
-    """Validate a non-empty list of names without duplicates against `allowed`."""
+def _names(field: str, given: Sequence[str], allowed: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Validate a non-empty list of names without duplicates (against `allowed` if given)."""
     if isinstance(given, str):
         given = [given]
     given = [g.strip() for g in given]
     if not given:
-        raise ValueError(f"{field} must not be empty; allowed: {', '.join(allowed)}")
-    bad = [g for g in given if g not in allowed]
+        raise ValueError(f"{field} must not be empty" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+    bad = [g for g in given if allowed is not None and g not in allowed]
     if bad:
         raise ValueError(f"unknown {field} {bad}; allowed: {', '.join(allowed)}")
     dup = sorted({g for g in given if given.count(g) > 1})
@@ -226,23 +244,39 @@ def _positive(field: str, value) -> int:
 
 
 def choose_env(name: str, preset: Preset) -> EnvChoice:
-    """The EnvChoice of a study environment name under `preset`."""
+    """The EnvChoice of a study environment name under `preset`: the preset's `paths`
+    first, then any name `agents.envs.resolve` knows (ValueError with the closest names)."""
     if name in preset.paths:
         make, why = preset.paths[name]
-        return EnvChoice(label=name, make=make, path=_path_of(make), why=why)
-    if name in DIRECT_ENVS:
-        return EnvChoice(label=name, make=name, path=_path_of(name), why="given directly")
-    if name == "Pusher-v4":
+        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why)
+    if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
                          why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task")
-    raise ValueError(f"unknown env {name!r}; allowed: {', '.join(KNOWN_ENVS)}")
+    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly")
+
+
+def check_space(entries) -> tuple[dict, ...]:
+    """Validate study-file space entries (dicts of Hyperparameter fields) by building the
+    hcjax.Space; ValueError naming the entry. Empty: the paper's four."""
+    from hcjax import Hyperparameter, Space
+
+    entries = tuple(dict(e) for e in entries) or paper_space()
+    params = []
+    for i, entry in enumerate(entries):
+        try:
+            params.append(Hyperparameter(**entry))
+        except TypeError as e:
+            raise ValueError(f"space[{i}] {entry}: {e}") from None
+    Space(params)
+    return entries
 
 
 def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None,
             methods: Sequence[str] | None = None, seeds: int | None = None,
-            iterations: int | None = None) -> Plan:
-    """Validate a preset name and its overrides; ValueError naming the field and the
-    allowed values on any bad input. Imports nothing heavy and compiles nothing."""
+            iterations: int | None = None, space: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+    """Validate a preset (a name or a Preset, e.g. from a study file) and its overrides;
+    ValueError naming the field and the allowed values on any bad input. Compiles
+    nothing."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
@@ -251,23 +285,23 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
         raise ValueError(f"preset must be one of {', '.join(PRESETS)} or a Preset, got {type(preset).__name__}")
     changes = {}
     if envs is not None:
-        changes["envs"] = _names("env", envs, KNOWN_ENVS)
+        changes["envs"] = _names("env", envs)
     if methods is not None:
         changes["methods"] = _names("method", methods, METHODS)
     if seeds is not None:
         changes["seeds"] = _positive("seeds", seeds)
     if iterations is not None:
         changes["iterations"] = _positive("iterations", iterations)
+    if space is not None:
+        changes["space"] = tuple(space)
     p = dataclasses.replace(preset, **changes)
-    _names("env", p.envs, KNOWN_ENVS)
+    _names("env", p.envs)
     _names("method", p.methods, METHODS)
     _positive("seeds", p.seeds)
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
-    lo, hi = p.batch_size
-    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo < hi):
-        raise ValueError(f"batch_size must be integers 1 <= low < high, got {p.batch_size!r}")
+    p = dataclasses.replace(p, space=check_space(p.space))
     choices = tuple(choose_env(e, p) for e in p.envs)
     labels = [c.label for c in choices]
     if len(set(labels)) != len(labels):

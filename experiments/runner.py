@@ -28,7 +28,6 @@ in parallel, and at most that times the seed count on a serial one.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -56,44 +55,91 @@ def tuner_options(plan: Plan, method: str) -> dict[str, Any]:
 def ppo_options(plan: Plan) -> dict[str, Any]:
     """PPOConfig fields of this study."""
     p = plan.preset
-    return dict(p.ppo, num_iterations=p.iterations, tune_every=p.tune_every, batch_size=p.batch_size[0],
-                max_batch_size=p.batch_size[1])
+    return dict(p.ppo, num_iterations=p.iterations, tune_every=p.tune_every)
 
 
 def unit_config(plan: Plan, env: EnvChoice, method: str) -> dict[str, Any]:
     """Everything that changes a unit's numbers (its config_key is the hash of this)."""
     p = plan.preset
     return dict(env=dataclasses.asdict(env), method=method, seeds=p.seeds, iterations=p.iterations,
-                eval_every=p.eval_every, tune_every=p.tune_every, batch_size=list(p.batch_size),
+                eval_every=p.eval_every, tune_every=p.tune_every, space=[dict(h) for h in p.space],
                 ppo=ppo_options(plan), tuner=tuner_options(plan, method))
 
 
-def check(plan: Plan) -> None:
-    """Build every unit's PPOConfig and tuner (cheap, nothing compiled): any bad option
-    raises ValueError now rather than after hours of other units."""
-    from agents.ppo import PPOConfig
+DEFAULT_MEMORY_LIMIT_GIB = 8.0
+WORKSPACE_FACTOR = 4  # an iteration's XLA temporaries, relative to the state and trajectory (generous)
 
-    from hcjax import make_tuner, ppo_space
+
+def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dict[tuple[str, str], int]:
+    """Validate everything a unit needs without compiling: the PPOConfig, the space
+    (tunable fields only), every method's tuner options, every environment (built), and
+    each unit's memory: ValueError now rather than after hours of other units, or an
+    abort, a hang or a MemoryError later. Returns each unit's estimated bytes."""
+    from agents.ppo import PPOConfig, check_space
+
+    from experiments.presets import METHODS
+    from hcjax import make_tuner
 
     ppo = ppo_options(plan)
-    unknown = sorted(set(ppo) - {f.name for f in dataclasses.fields(PPOConfig)})
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    unknown = sorted(set(ppo) - fields)
     if unknown:
-        raise ValueError(f"preset {plan.preset.name!r}: unknown PPOConfig field(s) {unknown}")
-    PPOConfig(**ppo)
-    space = ppo_space(batch_size=plan.preset.batch_size)
-    for method in plan.preset.methods:
-        make_tuner(method, space, **tuner_options(plan, method))
+        raise ValueError(f"study {plan.preset.name!r}: unknown PPOConfig field(s) {unknown}; "
+                         f"allowed: {', '.join(sorted(fields))}")
+    config = PPOConfig(**ppo)
+    space = plan.space
+    check_space(space, config)
+    unknown = sorted(set(plan.preset.tuner) - set(METHODS))
+    if unknown:
+        raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
+                         f"methods: {', '.join(METHODS)}")
+    tuners = {m: make_tuner(m, space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, m))
+              for m in dict.fromkeys(list(plan.preset.methods) + list(plan.preset.tuner))}
+    estimates = {}
+    for env in plan.envs:
+        base = agent_bytes(config, env, space)
+        for method in plan.preset.methods:
+            total = plan.preset.seeds * (base + tuners[method].memory_bytes)
+            if total > memory_limit_gib * 2**30:
+                raise ValueError(
+                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({plan.preset.seeds} seeds x "
+                    f"{(base + tuners[method].memory_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
+                    f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
+                    f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
+                    f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
+            estimates[(env.label, method)] = total
+    return estimates
 
 
-def build(plan: Plan, env: EnvChoice, method: str):
+def agent_bytes(config, env: EnvChoice, space) -> int:
+    """Estimated bytes of one agent, tuner excluded: its learner state (shapes traced with
+    jax.eval_shape, nothing allocated), the trajectory of the largest batch, both times
+    WORKSPACE_FACTOR, and the metrics kept on the host for every iteration."""
+    import jax
+
+    from agents import envs
+    from agents.ppo import METRIC_KEYS, make_learner
+    from hcjax import make_tuner
+
+    environment = envs.make(env.make)
+    learner = make_learner(config, environment, make_tuner("fixed", space))
+    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0))
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    per_step = 2 * environment.obs_size + max(environment.action_size, 1) + 10  # obs, normalised obs, action, scalars
+    trajectory = 4 * learner.max_steps * config.num_envs * per_step
+    metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
+    return WORKSPACE_FACTOR * (state_bytes + trajectory) + metrics
+
+
+def build(plan: Plan, env: EnvChoice, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):
     """(learner, env, tuner) of one unit."""
     from agents import envs
     from agents.ppo import PPOConfig, make_learner
 
-    from hcjax import make_tuner, ppo_space
+    from hcjax import make_tuner
 
     environment = envs.make(env.make)
-    tuner = make_tuner(method, ppo_space(batch_size=plan.preset.batch_size), **tuner_options(plan, method))
+    tuner = make_tuner(method, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
     return make_learner(PPOConfig(**ppo_options(plan)), environment, tuner), environment, tuner
 
 
@@ -149,15 +195,114 @@ def segments(iterations: int, eval_every: int) -> list[int]:
     return out
 
 
+@dataclasses.dataclass
+class Record:
+    """What a unit has produced so far (kept in its checkpoint): `done` iterations;
+    per-segment metrics, each {name: (n, k[, h])}; evaluations (n,) with the iteration
+    count at each; seconds per segment."""
+
+    done: int = 0
+    chunks: list = dataclasses.field(default_factory=list)
+    evals: list = dataclasses.field(default_factory=list)
+    eval_its: list = dataclasses.field(default_factory=list)
+    seg_times: list = dataclasses.field(default_factory=list)
+
+    def add(self, length: int, metrics: dict, reward: np.ndarray | None, seconds: float) -> None:
+        self.done += length
+        self.chunks.append({k: np.asarray(v) for k, v in metrics.items()})
+        if reward is not None:
+            self.evals.append(np.asarray(reward, np.float32))
+            self.eval_its.append(self.done)
+        self.seg_times.append(seconds)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything as named arrays (for the checkpoint); `from_arrays` inverts it."""
+        out = {f"metric/{k}": v for k, v in self.metrics().items()}
+        out.update({"eval_reward": self.eval_reward(), "eval_iteration": np.asarray(self.eval_its, np.int32),
+                    "segment_seconds": np.asarray(self.seg_times, np.float64), "done": np.asarray(self.done)})
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Record":
+        metrics = {k[len("metric/"):]: v for k, v in arrays.items() if k.startswith("metric/")}
+        rec = cls(done=int(arrays["done"]), chunks=[metrics] if metrics else [],
+                  evals=list(np.moveaxis(arrays["eval_reward"], 1, 0)),
+                  eval_its=[int(i) for i in arrays["eval_iteration"]],
+                  seg_times=[float(t) for t in arrays["segment_seconds"]])
+        return rec
+
+    def metrics(self) -> dict[str, np.ndarray]:
+        if not self.chunks:
+            return {}
+        return {k: np.concatenate([c[k] for c in self.chunks], axis=1) for k in self.chunks[0]}
+
+    def eval_reward(self) -> np.ndarray:
+        return np.stack(self.evals, axis=1) if self.evals else np.zeros((0, 0), np.float32)
+
+
+class Checkpoint:
+    """A unit's checkpoint in its study directory: the batched learner state (every leaf,
+    gathered to the host) and the Record, saved atomically after every segment, tagged
+    with the unit's config key. `store` None: no checkpoints (e.g. processes other
+    than 0 under jax.distributed, which only read)."""
+
+    def __init__(self, store: R.StudyDir | None, env: str, method: str, config_key: str,
+                 log: Callable[[str], None], write: bool = True):
+        self.store, self.env, self.method, self.key, self.log, self.write = store, env, method, config_key, log, write
+
+    def save(self, state, record: Record) -> None:
+        import jax
+
+        leaves = [to_host(x) for x in jax.tree.leaves(state)]  # every process takes part in the gather
+        if self.store is None or not self.write:
+            return
+        arrays = {f"state/{i:05d}": leaf for i, leaf in enumerate(leaves)}
+        arrays.update({f"record/{k}": v for k, v in record.arrays().items()})
+        arrays["config_key"] = np.asarray(self.key)
+        self.store.save_checkpoint(self.env, self.method, arrays)
+
+    def load(self, like) -> tuple[list[np.ndarray], Record] | None:
+        """(state leaves, Record) of a checkpoint matching `like` (a pytree of
+        ShapeDtypeStructs of the state) and this unit's config key; None otherwise
+        (a mismatching checkpoint is moved aside)."""
+        import jax
+
+        if self.store is None:
+            return None
+        arrays = self.store.load_checkpoint(self.env, self.method, log=self.log)
+        if arrays is None:
+            return None
+        leaves = [arrays[k] for k in sorted(k for k in arrays if k.startswith("state/"))]
+        want = jax.tree.leaves(like)
+        fits = str(arrays.get("config_key")) == self.key and len(leaves) == len(want) and all(
+            a.shape == w.shape and a.dtype == w.dtype for a, w in zip(leaves, want))
+        if not fits:
+            path = self.store.checkpoint_path(self.env, self.method)
+            if self.write:
+                self.log(f"{path}: a checkpoint of another configuration; moved to {self.store.quarantine(path)}")
+            return None
+        record = Record.from_arrays({k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")})
+        if self.write:
+            self.log(f"resume {self.env} / {self.method} from its checkpoint after iteration {record.done}")
+        return leaves, record
+
+    def remove(self) -> None:
+        if self.store is not None and self.write:
+            self.store.remove_checkpoint(self.env, self.method)
+
+
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
-                 on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False
-                 ) -> dict[str, np.ndarray]:
-    """Train len(seed_ids) agents as one vmapped program sharded over every device.
+                 on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
+                 checkpoint: Checkpoint | None = None) -> dict[str, np.ndarray]:
+    """Train len(seed_ids) agents as one vmapped program sharded over every device,
+    in segments of `eval_every` iterations with an evaluation after each.
 
     Returns per-iteration metrics (n, T[, h]), eval_iteration (E,), eval_reward (n, E),
     for the n = padded agents (callers drop the padding), and timings. fast_compile:
     compile the training segments with XLA's backend optimisation off (much shorter
-    compilation, slower steps: for tiny runs).
+    compilation, slower steps: for tiny runs). checkpoint: saved after every segment and
+    resumed from when present, so a killed unit continues from its last segment with
+    bit-identical results.
     """
     import jax
     import jax.numpy as jnp
@@ -170,7 +315,6 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
 
     init = jax.jit(jax.vmap(lambda k: learner.init(jax.random.fold_in(k, 0))), in_shardings=agents,
                    out_shardings=agents)
-    init = compiled(init, keys, fast=True)  # runs once: optimising it is not worth its compile time
 
     def evaluate(state, k, it):
         return learner.evaluate(state, jax.random.fold_in(jax.random.fold_in(k, 1), it))
@@ -180,58 +324,84 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     programs = {}
 
     t0 = time.perf_counter()
-    state = init(keys)
-    first_eval = jax.device_put(jnp.asarray(eval_every, jnp.int32), scalar)
-    evaluate = compiled(evaluate, state, keys, first_eval, fast=fast_compile)
+    resumed = checkpoint.load(jax.eval_shape(init, keys)) if checkpoint is not None else None
+    if resumed is None:
+        state = compiled(init, keys, fast=True)(keys)  # runs once: optimising it is not worth its compile time
+        record = Record()
+    else:
+        leaves, record = resumed
+        like = jax.eval_shape(init, keys)
+        state = jax.tree.unflatten(jax.tree.structure(like), [
+            jax.make_array_from_callback(leaf.shape, agents, lambda index, leaf=leaf: leaf[index]) for leaf in leaves])
+        on_segment(record.done)
+    an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
+    evaluate = compiled(evaluate, state, keys, an_int, fast=fast_compile)
 
     def segment(length):
-        if length not in programs:
-            program = jax.jit(jax.vmap(lambda s: learner.iterate(s, length)), in_shardings=agents,
-                              out_shardings=agents, donate_argnums=0)
-            programs[length] = compiled(program, state, fast=fast_compile)
+        if length not in programs:  # the first iteration's number is unbatched: asks only when deciding
+            program = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, length, start), in_axes=(0, None)),
+                              in_shardings=(agents, scalar), out_shardings=agents, donate_argnums=0)
+            programs[length] = compiled(program, state, an_int, fast=fast_compile)
         return programs[length]
 
-    chunks, evals, eval_its, seg_times = [], [], [], []
-    done = 0
-    for length in segments(iterations, eval_every):
+    for length in segments(iterations, eval_every)[len(record.seg_times):]:
         ts = time.perf_counter()
-        state, metrics = segment(length)(state)
+        start = jax.device_put(jnp.asarray(record.done, jnp.int32), scalar)
+        state, metrics = segment(length)(state, start)
         metrics = {k: to_host(v) for k, v in metrics.items()}
-        done += length
+        done = record.done + length
         reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
-        seg_times.append(time.perf_counter() - ts)
-        chunks.append(metrics)
-        evals.append(reward)
-        eval_its.append(done)
+        record.add(length, metrics, reward, time.perf_counter() - ts)
+        if checkpoint is not None:
+            checkpoint.save(state, record)
         on_segment(length)
-    out = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
-    out["eval_iteration"] = np.asarray(eval_its, np.int32)
-    out["eval_reward"] = np.stack(evals, axis=1).astype(np.float32)
+    out = record.metrics()
+    out["eval_iteration"] = np.asarray(record.eval_its, np.int32)
+    out["eval_reward"] = record.eval_reward().astype(np.float32)
     out["train_seconds"] = time.perf_counter() - t0
-    out["segment_seconds"] = np.asarray(seg_times)
+    out["segment_seconds"] = np.asarray(record.seg_times)
     return out
 
 
 def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
-                  on_segment: Callable[[int], None] = lambda k: None) -> dict[str, np.ndarray]:
+                  on_segment: Callable[[int], None] = lambda k: None,
+                  checkpoint: Checkpoint | None = None) -> dict[str, np.ndarray]:
     """Gymnasium envs: `agents.driver` steps one vector env per agent on the host, with the
-    policy, the PPO update and the tuner jitted and vmapped (not sharded)."""
+    policy, the PPO update and the tuner jitted and vmapped (not sharded). With a
+    checkpoint, the learner state and the Record are saved after every segment; a resumed
+    unit continues from there with new environments (gymnasium envs cannot be saved:
+    the episodes in flight at the kill start over, so a resumed host unit is not
+    bit-identical to an uninterrupted one)."""
     import jax
 
     from agents import driver
 
     keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(int(s)))) for s in seed_ids])
-    done = [0]
+    t0 = time.perf_counter()
+    states, record = None, Record()
+    if checkpoint is not None:
+        like = jax.eval_shape(jax.vmap(learner.init), keys)
+        resumed = checkpoint.load(like)
+        if resumed is not None:
+            leaves, record = resumed
+            states = jax.tree.unflatten(jax.tree.structure(like), [jax.numpy.asarray(x) for x in leaves])
+            on_segment(record.done)
+
+    last = [time.perf_counter()]
 
     def callback(info):
-        on_segment(info.iteration - done[0])
-        done[0] = info.iteration
+        length = info.iteration - record.done
+        now = time.perf_counter()
+        record.add(length, info.metrics, info.eval_returns, now - last[0])
+        last[0] = now
+        if checkpoint is not None:
+            checkpoint.save(info.states, record)
+        on_segment(length)
 
-    t0 = time.perf_counter()
-    res = driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback)
-    out = {k: np.asarray(v) for k, v in res.metrics.items()}
-    out["eval_iteration"] = np.asarray(res.eval_iterations, np.int32)
-    out["eval_reward"] = np.asarray(res.eval_returns, np.float32)
+    driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback, states=states)
+    out = record.metrics()
+    out["eval_iteration"] = np.asarray(record.eval_its, np.int32)
+    out["eval_reward"] = record.eval_reward().astype(np.float32)
     out["train_seconds"] = time.perf_counter() - t0
     return out
 
@@ -279,23 +449,27 @@ def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int
 
 
 def run_unit(plan: Plan, env: EnvChoice, method: str, key: str,
-             on_segment: Callable[[int], None] = lambda k: None) -> R.UnitResult:
-    """Train every seed of one (env, method) unit and measure its tuning time."""
+             on_segment: Callable[[int], None] = lambda k: None,
+             memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None
+             ) -> R.UnitResult:
+    """Train every seed of one (env, method) unit (resuming from `checkpoint` when it
+    holds one) and measure its tuning time."""
     import jax
 
     p = plan.preset
     t0 = time.perf_counter()
-    learner, environment, tuner = build(plan, env, method)
+    learner, environment, tuner = build(plan, env, method, memory_limit_gib)
     seeds = np.arange(p.seeds)
     if environment.host:
         ids = seeds
-        out = run_host_unit(learner, tuner, ids, p.eval_every, on_segment)
+        out = run_host_unit(learner, tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint)
         n_dev = 1
     else:
         n_dev = len(jax.devices())
         n = padded_count(p.seeds, n_dev)
         ids = np.concatenate([seeds, p.seeds + np.arange(n - p.seeds)])
-        out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile)
+        out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
+                           checkpoint=checkpoint)
     tuner_time = measure_tuner_time(tuner, np.asarray(out["objective"], np.float32), p.tune_every)
     S = p.seeds
 
@@ -323,72 +497,85 @@ def run_unit(plan: Plan, env: EnvChoice, method: str, key: str,
 # ---- the study ---------------------------------------------------------------------------
 
 
-def run(plan: Plan, out: str | Path, progress: bool = True, log: Callable[[str], None] | None = None) -> list[Path]:
-    """Run every unit of `plan` not already finished in `out`; returns the unit files."""
+def study_config(plan: Plan) -> dict[str, Any]:
+    """The part of the unit configurations every unit of `plan` shares (see results.study_part)."""
+    env, method = plan.units[0]
+    return R.study_part(unit_config(plan, env, method))
+
+
+def merge_configs(old: dict, new: dict) -> dict:
+    """Manifest config of a directory that gets more environments or methods of the same
+    study: the new config with the union of both env_choices and methods (old first)."""
+    merged = dict(new)
+    envs = {e["label"]: e for e in old.get("env_choices", [])}
+    envs.update({e["label"]: e for e in new.get("env_choices", [])})
+    merged["env_choices"] = list(envs.values())
+    merged["envs"] = [e["label"] for e in merged["env_choices"]]
+    merged["methods"] = list(dict.fromkeys(list(old.get("methods", [])) + list(new.get("methods", []))))
+    return merged
+
+
+def unit_keys(plan: Plan) -> dict[tuple[str, str], str]:
+    """(env label, method) -> config key of every unit of `plan`."""
+    return {(e.label, m): R.config_key(unit_config(plan, e, m)) for e, m in plan.units}
+
+
+def prepare(plan: Plan, store: R.StudyDir, log: Callable[[str], None]) -> dict[tuple[str, str], str]:
+    """Checks against the directory before any work (ValueError on a conflict): the
+    directory's study configuration must be this plan's, and no unit file may hold
+    another configuration (unreadable ones are moved aside). Writes the manifest.
+    Returns the config key of every unit."""
+    study = study_config(plan)
+    skey = R.config_key(study)
+    store.check_study(study, skey)
+    keys = unit_keys(plan)
+    for (label, method), key in keys.items():
+        store.finished(label, method, key, log=log)  # raises on a conflict, quarantines corrupt files
+    store.write_manifest(plan.to_dict(), study, skey, merge=merge_configs)
+    return keys
+
+
+def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progress: bool = True,
+        log: Callable[[str], None] | None = None, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> list[Path]:
+    """Run every unit of `plan` not already finished in `store` (after `prepare`); returns
+    the unit files. Only process 0 writes (under jax.distributed)."""
     import jax
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    out = Path(out)
-    check(plan)
-    units = plan.units
-    keys = {(e.label, m): R.config_key(unit_config(plan, e, m)) for e, m in units}
-    for (label, method), key in keys.items():
-        path = R.unit_path(out, label, method)
-        if path.exists() and not R.is_done(out, label, method, key):
-            raise ValueError(f"{path} exists with a different configuration; use another --out "
-                             f"(or delete it) to run preset {plan.preset.name!r}")
-    out.mkdir(parents=True, exist_ok=True)
-    if jax.process_index() == 0:
-        R.write_manifest(out, plan.to_dict(), R.config_key(plan.to_dict()))
-    R.heartbeat(out)
-    from tqdm.auto import tqdm
+    from experiments.progress import Progress
 
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    writer = jax.process_index() == 0
+    progress = progress and writer
     paths = []
-    progress = progress and jax.process_index() == 0
-    bar = tqdm(total=len(units), desc="units", unit="unit", disable=not progress, position=0, file=sys.stderr)
-    with bar:
+    units = plan.units
+    with Progress(len(units), "units", "unit", enabled=progress, position=0) as bar:
         for env, method in units:
             key = keys[(env.label, method)]
-            if R.is_done(out, env.label, method, key):
-                log(f"skip {env.label} / {method}: already finished in {out}")
+            if store.finished(env.label, method, key, log=log):
+                log(f"skip {env.label} / {method}: already finished in {store.path}")
                 bar.update(1)
-                paths.append(R.unit_path(out, env.label, method))
+                paths.append(store.unit_path(env.label, method))
                 continue
-            stalled = R.stalled_path(out, R.unit_name(env.label, method))
-            if stalled.exists():
-                log(f"skip {env.label} / {method}: it stalled repeatedly (see {stalled}); delete that file to retry")
-                bar.update(1)
-                continue
-            R.atomic_write_text(Path(out) / R.INFLIGHT, R.unit_name(env.label, method))
-            if os.environ.get(STALL_FOR_TEST) == R.unit_name(env.label, method):
-                time.sleep(3600)  # fault injection for the watchdog test: a hang without heartbeats
-            bar.set_postfix_str(f"{env.label} / {method}")
-            inner = tqdm(total=plan.preset.iterations, desc=f"{env.label}/{method}", unit="it", leave=False,
-                         disable=not progress, position=1, file=sys.stderr)
-
-            def on_segment(k):
-                inner.update(k)
-                R.heartbeat(out)
-
-            R.heartbeat(out)
-            with inner:
-                result = run_unit(plan, env, method, key, on_segment=on_segment)
-            if jax.process_index() == 0:
-                paths.append(R.save_unit(out, result))
+            checkpoint = Checkpoint(store, env.label, method, key, log, write=writer)
+            with Progress(plan.preset.iterations, f"{env.label}/{method}", enabled=progress, position=1,
+                          leave=False) as inner:
+                result = run_unit(plan, env, method, key, on_segment=inner.update, memory_limit_gib=memory_limit_gib,
+                                  checkpoint=checkpoint)
+            result.meta["study_key"] = R.config_key(study_config(plan))
+            if writer:
+                paths.append(store.save_unit(result))
+            checkpoint.remove()
             log(f"done {env.label} / {method}: {result.meta['unit_seconds']:.1f} s "
                 f"(tuning {result.meta['tuner_seconds']:.3g} s)")
-            bar.update(1)
+            bar.update(1, note=f"{env.label} / {method}")
     return paths
 
 
-STALL_FOR_TEST = "HCJAX_STALL_FOR_TEST"  # a unit name: the worker hangs there (tests only)
-
-
-def summary(out: str | Path) -> str:
+def summary(store: R.StudyDir) -> str:
     """The results table (Markdown) of a study directory."""
     from experiments import plots
 
-    units = R.load_units(out)
+    units = store.units()
     if not units:
-        return f"no finished units in {Path(out) / R.UNITS}"
+        return f"no finished units in {store.units_dir}"
     return plots.results_table(units) + "\n" + plots.success_table(units)

@@ -1,0 +1,109 @@
+"""What this installation is made of: package versions, devices, and API checks.
+
+`versions()` and `devices()` go into every manifest and `hcjax info`. `check_apis()`
+probes the third-party APIs this code relies on and returns one line per problem,
+each naming the package, its installed version and what is missing, so that a fresh
+install that resolved to an incompatible release fails with a clear message instead
+of a traceback deep inside training (gymnasium 1.4 once made pip fall back to gymnax
+0.0.9, whose `step` returns five values instead of six).
+"""
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Callable
+
+# Distribution names, in the order `hcjax info` prints them.
+PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco",
+            "mujoco-mjx", "numpy", "scipy", "matplotlib", "filelock", "tqdm")
+
+
+def versions() -> dict[str, str | None]:
+    """Installed version of every package in PACKAGES (None when not installed)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def devices() -> dict:
+    """The JAX backend and devices of this process, and the host."""
+    import os
+    import sys
+
+    import jax
+
+    devs = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in devs],
+        "device_kind": devs[0].device_kind if devs else None,
+        "local_device_count": jax.local_device_count(),
+        "process_count": jax.process_count(),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+
+
+def describe() -> str:
+    """`hcjax info`: one line per package, then the devices."""
+    lines = [f"{name:12s} {v or 'not installed'}" for name, v in versions().items()]
+    d = devices()
+    lines.append(f"{'python':12s} {d['python']} ({d['platform']})")
+    lines.append(f"{'devices':12s} {d['backend']}: {', '.join(d['devices'])} "
+                 f"({d['device_kind']}; {d['process_count']} process(es); host {d['host']}, {d['cpu_count']} CPUs)")
+    return "\n".join(lines)
+
+
+def _probe_jax() -> None:
+    import jax
+
+    for name in ("custom_batching.sequential_vmap", "random.key_data", "lax.platform_dependent", "tree.map",
+                 "sharding.NamedSharding", "make_array_from_callback"):
+        obj = jax
+        for part in name.split("."):
+            obj = getattr(obj, part)
+
+
+def _probe_optax() -> None:
+    import jax.numpy as jnp
+    import optax
+
+    opt = optax.inject_hyperparams(lambda learning_rate, max_norm: optax.chain(
+        optax.clip_by_global_norm(max_norm), optax.adam(learning_rate)))(learning_rate=1e-3, max_norm=1.0)
+    state = opt.init({"w": jnp.zeros(2)})
+    assert set(state.hyperparams) >= {"learning_rate", "max_norm"}
+
+
+def _probe_flax() -> None:
+    from flax import linen, struct  # noqa: F401
+
+    assert callable(struct.dataclass) and hasattr(linen, "Dense")
+
+
+def _probe_envs() -> list[str]:
+    from agents import envs
+
+    return envs.check_backends()
+
+
+PROBES: dict[str, Callable[[], object]] = {"jax": _probe_jax, "optax": _probe_optax, "flax": _probe_flax}
+
+
+def check_apis() -> list[str]:
+    """One line per unsupported dependency API (empty when everything is supported)."""
+    problems = []
+    installed = versions()
+    for package, probe in PROBES.items():
+        try:
+            probe()
+        except Exception as e:  # noqa: BLE001 - every failure is a problem to name
+            problems.append(f"{package} {installed.get(package)}: unsupported API ({type(e).__name__}: {e}); "
+                            f"see the bounds in pyproject.toml or install with -c constraints.txt")
+    problems += _probe_envs()
+    return problems

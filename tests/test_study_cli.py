@@ -1,0 +1,368 @@
+"""The `hcjax` command's edges: exit statuses, signals, one writer per study directory,
+configuration checks, corrupt files, file modes, progress output, warnings, `hcjax info`.
+
+Most tests call `cli.main` in this process (no compilation where the check happens
+before any work); the real runs are the smallest study there is (CartPole, 1 seed,
+2 iterations, the `fixed` method).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import cli, deps, runner
+from experiments import results as R
+from experiments.progress import Progress
+from tests.test_plots import unit as synthetic_unit
+
+ROOT = Path(__file__).resolve().parent.parent
+MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
+
+
+def main(args, capsys):
+    """cli.main(args) -> (exit status, stdout, stderr)."""
+    code = cli.main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def mini_study(tmp_path_factory):
+    """A finished one-unit study (CartPole, fixed, 1 seed, 2 iterations)."""
+    out = tmp_path_factory.mktemp("mini")
+    assert cli.main(MINI + ["--methods", "fixed", "--out", str(out)]) == 0
+    return out
+
+
+def copy_of(study: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(study, target)
+    (target / R.StudyDir.LOCK).unlink(missing_ok=True)
+    return target
+
+
+# ---- exit statuses -------------------------------------------------------------------------
+
+
+def test_a_failure_inside_training_exits_1_with_its_cause(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ValueError("not enough values to unpack (expected 6, got 5)")
+
+    monkeypatch.setattr(runner, "run_unit", broken)
+    code, _, err = main(MINI + ["--methods", "fixed", "--out", str(tmp_path)], capsys)
+    assert code == 1, err
+    assert "hcjax: failed: ValueError: not enough values to unpack (expected 6, got 5) at " in err
+    assert "test_study_cli.py" in err and "in broken" in err  # where it was raised
+    assert "usage:" not in err and "error: argument" not in err  # not reported as a usage error
+    log = (tmp_path / R.StudyDir.LOG).read_text()
+    assert f"full traceback: {tmp_path / R.StudyDir.LOG}" in err
+    assert "Traceback (most recent call last)" in log and "raise ValueError" in log
+
+
+def test_ctrl_c_exits_130_saying_how_to_resume(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_unit", interrupted)
+    code, _, err = main(MINI + ["--methods", "fixed", "random", "--out", str(tmp_path)], capsys)
+    assert code == 130
+    assert "interrupted; 0 of 2 units finished in" in err and "Run the same command again to resume" in err
+    assert "Traceback" not in err
+
+
+def test_sigterm_exits_143_saying_how_to_resume(tmp_path, monkeypatch, capsys):
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(runner, "run_unit", killed)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code, _, err = main(MINI + ["--methods", "fixed", "--out", str(tmp_path)], capsys)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 143 and "terminated by signal 15; 0 of 1 units finished" in err
+
+
+def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
+    unit: exit 130 after the first unit was saved, and nothing of the group survives."""
+    out = tmp_path / "s"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "experiments", *MINI, "--methods", "fixed", "random",
+                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    first = R.StudyDir(out).unit_path("CartPole-v1", "fixed")
+    deadline = time.time() + 240
+    while not first.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() < deadline, "the first unit was not written in time"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, log
+    assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # no process of the run's group is left
+
+
+# ---- the study directory ----------------------------------------------------------------------
+
+
+def test_a_second_run_on_the_same_directory_is_refused_naming_the_holder(tmp_path, capsys):
+    with R.StudyDir(tmp_path).lock():
+        t0 = time.perf_counter()
+        code, _, err = main(MINI + ["--methods", "fixed", "--out", str(tmp_path)], capsys)
+    assert code == 2 and time.perf_counter() - t0 < 30
+    assert f"in use by another hcjax run (pid {os.getpid()} on" in err
+    assert not (tmp_path / "units").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "uncreatable", "unwritable"])
+def test_an_out_that_cannot_be_written_is_a_usage_error(kind, tmp_path, capsys):
+    out = {"file": tmp_path / "f", "uncreatable": Path("/proc/hcjax-study"), "unwritable": Path("/proc/1")}[kind]
+    if kind == "file":
+        out.write_text("not a directory")
+    code, _, err = main(MINI + ["--methods", "fixed", "--out", str(out)], capsys)
+    assert code == 2
+    assert {"file": "is an existing file", "uncreatable": "cannot be created", "unwritable": "is not writable"}[kind] in err
+    assert "Traceback" not in err
+
+
+def test_another_configuration_into_a_study_is_refused(mini_study, capsys):
+    before = (mini_study / R.StudyDir.MANIFEST).read_bytes()
+    code, _, err = main(MINI + ["--methods", "fixed", "--seeds", "2", "--out", str(mini_study)], capsys)
+    assert code == 2 and "holds a study with a different configuration" in err and "seeds: 1 -> 2" in err
+    code, _, err = main(["run", "--preset", "cpu", "--envs", "CartPole-v1", "--methods", "fixed",
+                         "--no-plot", "--out", str(mini_study)], capsys)
+    assert code == 2 and "different configuration" in err
+    assert (mini_study / R.StudyDir.MANIFEST).read_bytes() == before  # nothing rewritten
+
+
+def test_files_get_the_users_umask(mini_study):
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in (mini_study / R.StudyDir.MANIFEST, R.StudyDir(mini_study).unit_path("CartPole-v1", "fixed")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
+
+
+def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, tmp_path, capsys):
+    study = copy_of(mini_study, tmp_path)
+    path = R.StudyDir(study).unit_path("CartPole-v1", "fixed")
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    code, _, err = main(["plot", str(study)], capsys)
+    assert code == 2 and f"{path}: unreadable unit file" in err and "skipped" in err
+    assert "no finished units" in err
+    code, _, err = main(MINI + ["--methods", "fixed", "--out", str(study)], capsys)
+    assert code == 0, err
+    moved = list((study / "units" / "corrupt").glob("CartPole-v1__fixed.npz.*"))
+    assert len(moved) == 1 and moved[0].stat().st_size == 100
+    assert f"moved to {moved[0]}" in err and "done CartPole-v1 / fixed" in err
+    assert R.load_unit(path).train_reward.shape == (1, 2)
+
+
+def test_a_corrupt_manifest_is_named_with_the_fix(mini_study, tmp_path, capsys):
+    study = copy_of(mini_study, tmp_path)
+    manifest = study / R.StudyDir.MANIFEST
+    manifest.write_text('{"config": ')
+    for args in (MINI + ["--methods", "fixed", "--out", str(study)], ["plot", str(study)]):
+        code, _, err = main(args, capsys)
+        assert code == 2, err
+        assert f"{manifest} is corrupt" in err and f"mv {manifest} {manifest}.bad" in err
+
+
+def test_plot_refuses_to_mix_study_configurations(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    store = R.StudyDir(tmp_path)
+    for method, seeds in (("fixed", 3), ("random", 5)):
+        u = synthetic_unit("A", method, seeds, rng)
+        u.meta["config"] = {"env": "A", "method": method, "seeds": seeds, "iterations": 20}
+        store.save_unit(u)
+    code, _, err = main(["plot", str(tmp_path)], capsys)
+    assert code == 2 and "mixes units of different study configurations" in err
+    assert "A__fixed" in err and "A__random" in err
+
+
+def test_adding_a_method_to_a_study_keeps_both(mini_study, tmp_path, capsys):
+    study = copy_of(mini_study, tmp_path)
+    code, _, err = main(MINI + ["--methods", "random", "--out", str(study)], capsys)
+    assert code == 0, err
+    manifest = json.loads((study / R.StudyDir.MANIFEST).read_text())
+    assert manifest["config"]["methods"] == ["fixed", "random"] and len(manifest["runs"]) == 2
+    assert sorted(u.meta["method"] for u in R.StudyDir(study).units()) == ["fixed", "random"]
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def test_progress_writes_plain_lines_when_not_on_a_terminal():
+    stream = io.StringIO()
+    with Progress(10, "units", "unit", stream=stream, every_s=0.0) as bar:
+        for _ in range(10):
+            bar.update(1)
+    text = stream.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    assert text.splitlines()[-1].startswith("units: 10/10 unit")
+    quiet = io.StringIO()
+    with Progress(10, "units", stream=quiet, every_s=3600.0) as bar:
+        for _ in range(10):
+            bar.update(1)
+    assert len(quiet.getvalue().splitlines()) == 1  # only the final line
+
+
+def test_progress_draws_a_bar_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    with Progress(3, "units", stream=stream) as bar:
+        bar.update(3)
+    assert "\r" in stream.getvalue() and "3/3" in stream.getvalue()
+
+
+def test_the_cli_filters_known_third_party_warnings_and_the_library_does_not(capsys):
+    import agents.envs  # noqa: F401 - importing the library must not touch the filters
+    import hcjax  # noqa: F401
+
+    brax = "Brax System, piplines and environments are not actively being maintained. Please see MJX"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.warn(brax, UserWarning)
+        assert len(seen) == 1  # nothing filters it before the CLI runs
+        assert cli.main(["presets"]) == 0
+        warnings.warn(brax, UserWarning)
+        warnings.warn("something else", UserWarning)
+    capsys.readouterr()
+    assert [str(w.message) for w in seen] == [brax, "something else"]
+
+
+# ---- dependencies ---------------------------------------------------------------------------
+
+
+def test_info_prints_versions_and_devices(capsys):
+    code, out, _ = main(["info"], capsys)
+    assert code == 0, out
+    for name in ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco"):
+        assert any(line.split()[0] == name and line.split()[1][0].isdigit() for line in out.splitlines()), name
+    assert "devices" in out and "cpu" in out
+
+
+def test_installed_dependencies_have_the_apis_this_code_uses():
+    assert deps.check_apis() == []
+
+
+def test_an_unsupported_api_is_reported_naming_the_package(monkeypatch):
+    def old_optax():
+        raise AttributeError("module 'optax' has no attribute 'inject_hyperparams'")
+
+    monkeypatch.setitem(deps.PROBES, "optax", old_optax)
+    problems = deps.check_apis()
+    assert len(problems) == 1 and problems[0].startswith(f"optax {deps.versions()['optax']}: unsupported API")
+    assert "inject_hyperparams" in problems[0]
+
+
+@pytest.mark.parametrize("flag, value", [("--seeds", "1000000000"), ("--iterations", "1000000000000")])
+def test_a_study_too_large_for_memory_is_refused_before_any_work(flag, value, tmp_path, capsys):
+    t0 = time.perf_counter()
+    code, _, err = main(["run", "--preset", "smoke", flag, value, "--out", str(tmp_path)], capsys)
+    assert code == 2 and "exceeds the memory limit of 8 GiB" in err and "--memory-limit-gib" in err
+    assert "MemoryError" not in err and time.perf_counter() - t0 < 60
+    assert not (tmp_path / "units").exists()
+
+
+# ---- checkpoints inside a unit -------------------------------------------------------------------
+
+CHECKPOINTED = """
+envs = ["CartPole-v1"]
+methods = ["hypercontroller"]
+seeds = 2
+iterations = 10
+eval_every = 2
+tune_every = 2
+fast_compile = true
+
+[ppo]
+num_envs = 4
+hidden_sizes = [16]
+update_epochs = 1
+num_minibatches = 2
+objective = "return_change"
+eval_steps = 100
+
+[[space]]
+name = "learning_rate"
+low = 1e-4
+high = 1e-2
+scale = "log"
+
+[[space]]
+name = "batch_size"
+low = 16
+high = 64
+integer = true
+"""
+
+
+def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
+    """Five segments of 2 iterations; SIGKILL once the checkpoint holds segment k (k drawn
+    at random), rerun: the unit equals an uninterrupted run's bit for bit, and its
+    checkpoint is gone."""
+    import random
+
+    study = tmp_path / "study.toml"
+    study.write_text(CHECKPOINTED)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start(out):
+        return subprocess.Popen([sys.executable, "-m", "experiments", "run", "--config", str(study), "--out", str(out),
+                                 "--no-plot", "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    reference = start(tmp_path / "ref")
+    k = random.Random().randint(1, 4)
+    killed = start(tmp_path / "k")
+    store = R.StudyDir(tmp_path / "k")
+    ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
+    deadline = time.time() + 300
+    while True:
+        assert killed.poll() is None, killed.communicate()[0]
+        assert time.time() < deadline, "no checkpoint in time"
+        if ckpt.exists():
+            try:
+                with np.load(ckpt) as z:
+                    if int(z["record/done"]) >= 2 * k:
+                        break
+            except (OSError, ValueError, KeyError):
+                pass
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate()
+    with np.load(ckpt) as z:
+        done = int(z["record/done"])
+    assert 2 * k <= done < 10, (k, done)
+    assert not store.unit_path("CartPole-v1", "hypercontroller").exists()
+    resumed = start(tmp_path / "k")
+    log, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, log
+    assert f"resume CartPole-v1 / hypercontroller from its checkpoint after iteration {done}" in log
+    ref_log, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 0, ref_log
+    a = R.StudyDir(tmp_path / "ref").units()[0]
+    b = store.units()[0]
+    for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{name} (killed after {done})")
+    assert not ckpt.exists()
