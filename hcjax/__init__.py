@@ -5,6 +5,9 @@
     state, values = tuner.ask(state, key)
     state = tuner.tell(state, objective)
 
+From a plain Python loop: `hcjax.HostTuner(name, space, seed=0, **options)`, with
+`ask() -> {name: value}`, `tell(objective)`, `state_dict()` / `load_state_dict(d)`.
+
 Importing hcjax sets OPENBLAS_NUM_THREADS=1 unless it is already set (it only acts if
 OpenBLAS, which JAX's CPU LAPACK calls go through, is not loaded yet). Multi-threaded
 OpenBLAS spins for cores that XLA's own threads hold: measured on a busy 2-core CPU, a
@@ -14,8 +17,10 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from hcjax.host import HostTuner
 from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
 from hcjax.tuner import Tuner, available, make_tuner, options
 
-__all__ = ["Hyperparameter", "Space", "Tuner", "available", "make_tuner", "options", "ppo_space", "unit_space"]
+__all__ = ["HostTuner", "Hyperparameter", "Space", "Tuner", "available", "make_tuner", "options", "ppo_space",
+           "unit_space"]
 __version__ = "0.1.0"

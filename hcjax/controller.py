@@ -27,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from hcjax.space import Space
-from hcjax.tuner import Tuner, check_float, check_int, register, valid_objective
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_float, check_int, check_memory, register, valid_objective
 
 
 @struct.dataclass
@@ -155,15 +155,29 @@ def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
     return jax.lax.reduce((scores.astype(jnp.float32), priority, arm), init, better, (scores.ndim - 1,))[2]
 
 
+def controller_memory(h: int, d: int, s: int) -> int:
+    """Estimated peak bytes of one controller: the state twice (a jitted tell returns a
+    new copy of `models`, (h, d^s, d, s*s + 2s) float32) plus ask's (h, d, .) temporaries."""
+    width = s * s + 2 * s
+    state = 4 * (h * d ** s * d * width + h * d * width + h * s + s + h + 2)
+    return 2 * state + 4 * h * d * (width + s + 2)
+
+
 @register("hypercontroller")
-def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0) -> Tuner:
+def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0,
+                    memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """HyperController over `space` with d arms per hyperparameter, memory s, ridge
-    lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm)."""
+    lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm).
+    Memory per agent: about 8 h d^(s+1) (s^2 + 2s) bytes (`controller_memory`)."""
     d = check_int("hypercontroller.d", d, 2)
     s = check_int("hypercontroller.s", s, 1, 3)
     ridge = check_float("hypercontroller.ridge", ridge, 0.0, low_open=True)
     beta = check_float("hypercontroller.beta", beta, 0.0)
     h = space.h
+    memory = check_memory("hypercontroller", controller_memory(h, d, s), memory_limit_gib,
+                          f"d={d}, s={s} (with h={h} hyperparameters)")
+    if d ** s >= 2 ** 31:
+        raise ValueError(f"hypercontroller: d**s must be < 2**31 (contexts are int32 indices), got d={d}, s={s}")
     n_ctx = d ** s
     grid = jnp.asarray(space.grid(d))  # (h, d)
     rows = jnp.arange(h)
@@ -217,4 +231,4 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         return state.replace(models=models, current=current, window=window, history=history, t=t,
                              n_invalid=state.n_invalid + (~valid).astype(jnp.int32))
 
-    return Tuner("hypercontroller", space, init, ask, tell)
+    return Tuner("hypercontroller", space, init, ask, tell, memory)

@@ -14,6 +14,49 @@ import jax.numpy as jnp
 import numpy as np
 
 SCALES = ("linear", "log")
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4028235e38, the largest finite float32
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # 1.1754944e-38, the smallest normal float32
+
+
+def real_scalar(value) -> float | None:
+    """A real number -> Python float, or None if `value` is not one.
+
+    Accepted: Python int and float, NumPy and JAX scalars and 0-d arrays of integer or
+    floating dtype. Refused (None): bools (Python, NumPy or bool dtype), other shapes,
+    other types, tracers. Python ints too large for a float give +-inf.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or getattr(value, "shape", None) != ():
+        return None
+    if not (jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)):
+        return None
+    try:
+        return float(value)
+    except TypeError:  # a tracer: no concrete value
+        return None
+
+
+def integer_scalar(value) -> int | None:
+    """An integer -> Python int, or None: Python int, NumPy and JAX integer scalars and
+    0-d integer arrays; bools, floats (even 3.0) and everything else give None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, int):
+        return value
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or getattr(value, "shape", None) != () or not jnp.issubdtype(dtype, jnp.integer):
+        return None
+    try:
+        return int(value)
+    except TypeError:  # a tracer
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +66,12 @@ class Hyperparameter:
     name: unique name; low < high: inclusive bounds in natural units;
     scale: "linear" or "log" (log needs low > 0); integer: values are rounded;
     default: the value used by the `fixed` tuner (None: the middle of the scale).
+
+    Values are stored and computed in float32, so low, high and default must be finite
+    with |x| <= 3.4028235e38 (FLOAT32_MAX), low < high must still hold in float32, a
+    linear range must have high - low <= FLOAT32_MAX, and a log scale needs
+    low >= 1.1754944e-38 (float32's smallest normal number). Numbers may be Python,
+    NumPy or JAX scalars (stored as Python floats); bools are refused.
     """
 
     name: str
@@ -35,22 +84,41 @@ class Hyperparameter:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Hyperparameter.name must be a non-empty string, got {self.name!r}")
-        for field in ("low", "high"):
+        where = f"Hyperparameter {self.name!r}"
+        for field in ("low", "high", "default"):
             value = getattr(self, field)
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"Hyperparameter {self.name!r}: {field} must be a finite number, got {value!r}")
+            if field == "default" and value is None:
+                continue
+            v = real_scalar(value)
+            if v is None or not math.isfinite(v) or abs(v) > FLOAT32_MAX:
+                raise ValueError(
+                    f"{where}: {field} must be a finite number representable in float32 (|x| <= {FLOAT32_MAX:.8g}; "
+                    f"a Python, NumPy or JAX scalar, not a bool), got {value!r}")
+            object.__setattr__(self, field, v)
+        if not isinstance(self.integer, (bool, np.bool_)):
+            raise ValueError(f"{where}: integer must be True or False, got {self.integer!r}")
+        object.__setattr__(self, "integer", bool(self.integer))
         if not self.low < self.high:
-            raise ValueError(f"Hyperparameter {self.name!r}: low must be < high, got low={self.low}, high={self.high}")
+            raise ValueError(f"{where}: low must be < high, got low={self.low}, high={self.high}")
+        low32, high32 = np.float32(self.low), np.float32(self.high)
+        if not low32 < high32:
+            raise ValueError(f"{where}: low must be < high in float32 (the precision values are stored in), got "
+                             f"low={self.low!r} and high={self.high!r}, both {low32!r} in float32")
         if self.scale not in SCALES:
-            raise ValueError(f"Hyperparameter {self.name!r}: scale must be one of {SCALES}, got {self.scale!r}")
+            raise ValueError(f"{where}: scale must be one of {SCALES}, got {self.scale!r}")
         if self.scale == "log" and self.low <= 0:
-            raise ValueError(f"Hyperparameter {self.name!r}: scale='log' needs low > 0, got low={self.low}")
+            raise ValueError(f"{where}: scale='log' needs low > 0, got low={self.low}")
+        if self.scale == "log" and self.low < FLOAT32_TINY:
+            raise ValueError(f"{where}: scale='log' needs low >= {FLOAT32_TINY:.8g} (float32's smallest normal "
+                             f"number), got low={self.low!r}")
+        if self.scale == "linear" and float(high32) - float(low32) > FLOAT32_MAX:
+            raise ValueError(f"{where}: a linear scale needs high - low <= {FLOAT32_MAX:.8g} (float32's largest "
+                             f"number), got high - low = {float(high32) - float(low32):.8g}")
         if self.integer and math.ceil(self.low) > math.floor(self.high):
-            raise ValueError(f"Hyperparameter {self.name!r}: integer=True needs an integer in [low, high]")
+            raise ValueError(f"{where}: integer=True needs an integer in [low, high]")
         if self.default is not None and not self.low <= self.default <= self.high:
             raise ValueError(
-                f"Hyperparameter {self.name!r}: default must lie in [low, high] = [{self.low}, {self.high}], "
-                f"got {self.default}")
+                f"{where}: default must lie in [low, high] = [{self.low}, {self.high}], got {self.default}")
 
     @property
     def default_value(self) -> float:
@@ -105,10 +173,11 @@ class Space:
         range some arms repeat a value, which is harmless (they are distinct arms with
         equal values).
         """
-        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 2:
+        n = integer_scalar(d)
+        if n is None or n < 2:
             raise ValueError(f"grid: d must be an integer >= 2, got {d!r}")
-        u = np.linspace(0.0, 1.0, int(d))
-        return np.asarray(self._decode_np(np.broadcast_to(u, (self.h, int(d))).T).T, np.float32)
+        u = np.linspace(0.0, 1.0, n)
+        return np.asarray(self._decode_np(np.broadcast_to(u, (self.h, n)).T).T, np.float32)
 
     def _decode_np(self, u: np.ndarray) -> np.ndarray:
         x = self._lo + u * (self._hi - self._lo)
@@ -155,9 +224,10 @@ class Space:
 
 def unit_space(h: int) -> Space:
     """h linear hyperparameters on [0, 1], named x0..x{h-1}: the space of synthetic problems."""
-    if not isinstance(h, int) or h < 1:
+    n = integer_scalar(h)
+    if n is None or n < 1:
         raise ValueError(f"unit_space: h must be an integer >= 1, got {h!r}")
-    return Space(Hyperparameter(f"x{i}", 0.0, 1.0) for i in range(h))
+    return Space(Hyperparameter(f"x{i}", 0.0, 1.0) for i in range(n))
 
 
 def ppo_space(batch_size: tuple[int, int] = (1000, 6000)) -> Space:

@@ -15,27 +15,43 @@ does with one, and no state array ever becomes non-finite.
 
 Static configuration (d, s, buffer sizes, ...) lives in the closure, never in the state,
 so `jax.jit`, `jax.vmap` over keys and `jax.lax.scan` over decisions work for every method.
+
+The boundary: options are checked by `check_int` / `check_float` (integers: Python,
+NumPy or JAX integer scalars; reals: finite and representable in float32; bools
+refused), every factory estimates its memory per agent (`Tuner.memory_bytes`) and
+refuses above `memory_limit_gib` before allocating anything, and `make_tuner` wraps
+`tell` so that a non-scalar objective raises a ValueError when traced.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from hcjax.space import Space
+from hcjax.space import FLOAT32_MAX, Space, integer_scalar, real_scalar
 
 State = Any
+DEFAULT_MEMORY_LIMIT_GIB = 4.0
+GIB = 2 ** 30
 
 
 class Tuner(NamedTuple):
-    """A hyperparameter tuner: static `name` and `space`, and three pure functions."""
+    """A hyperparameter tuner: static `name` and `space`, three pure functions, and
+    `memory_bytes`: the estimated peak memory of one agent (int bytes: the state, the
+    copy a jitted `ask`/`tell` returns, and the largest temporary of `ask`/`tell`,
+    e.g. the GP's kernel matrices). n vmapped agents need about n * memory_bytes."""
 
     name: str
     space: Space
     init: Callable[[jax.Array], State]
     ask: Callable[[State, jax.Array], tuple[State, jax.Array]]
     tell: Callable[[State, jax.Array], State]
+    memory_bytes: int
 
 
 _REGISTRY: dict[str, Callable[..., Tuner]] = {}
@@ -61,11 +77,22 @@ def options(name: str) -> dict[str, Any]:
     """The keyword options of method `name` and their defaults."""
     factory = _factory(name)
     params = list(inspect.signature(factory).parameters.values())[1:]
-    return {p.name: p.default for p in params}
+    return {p.name: p.default for p in params if p.name != "memory_limit_gib"}
 
 
-def make_tuner(name: str, space: Space, **config) -> Tuner:
-    """Build the tuner `name` over `space`; unknown names or options raise `ValueError`."""
+def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, **config) -> Tuner:
+    """Build the tuner `name` over `space` with its `config` options (see `options(name)`).
+
+    memory_limit_gib: the most memory one agent's tuner may need (`Tuner.memory_bytes`:
+    state plus the largest temporary of ask/tell, estimated before anything is
+    allocated); above it a ValueError names the options involved, the estimate and the
+    limit. Default 4 GiB; raise it for large d**s or GP buffers.
+
+    An unknown name or option, an option out of range, or an estimate above the limit
+    raises `ValueError`. The returned `tell` raises ValueError, when traced, for an
+    objective that is not a real scalar (e.g. a list or a (1,) array); under `jax.vmap`
+    each agent's objective is a scalar.
+    """
     factory = _factory(name)
     if not isinstance(space, Space):
         raise ValueError(f"make_tuner: space must be an hcjax.Space, got {type(space).__name__}")
@@ -73,7 +100,45 @@ def make_tuner(name: str, space: Space, **config) -> Tuner:
     unknown = sorted(set(config) - set(allowed))
     if unknown:
         raise ValueError(f"make_tuner({name!r}): unknown option(s) {unknown}; allowed: {sorted(allowed)}")
-    return factory(space, **config)
+    limit = check_float("make_tuner.memory_limit_gib", memory_limit_gib, 0.0, low_open=True)
+    tuner = factory(space, **config, memory_limit_gib=limit)
+    return tuner._replace(tell=scalar_objective_tell(name, tuner.tell))
+
+
+def check_objective(name: str, objective) -> None:
+    """ValueError unless `objective` is one real number: a Python int or float, a NumPy
+    or JAX scalar, or a 0-d array (a tracer too) of integer or floating dtype."""
+    if isinstance(objective, (int, float)) and not isinstance(objective, bool):
+        return
+    shape, dtype = getattr(objective, "shape", None), getattr(objective, "dtype", None)
+    if isinstance(objective, (list, tuple)):
+        shape = _nested_shape(objective)
+    if shape is not None and tuple(shape) != ():
+        raise ValueError(f"{name}.tell: objective must be a scalar (shape ()), got a {type(objective).__name__} of "
+                         f"shape {tuple(shape)}; tell one objective per call (under jax.vmap, each agent's objective "
+                         "is a scalar)")
+    real = dtype is not None and (jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating))
+    if not real:
+        raise ValueError(f"{name}.tell: objective must be a real number (Python, NumPy or JAX scalar, not a bool), "
+                         f"got {objective!r}")
+
+
+def _nested_shape(x) -> tuple[int, ...]:
+    """Shape of a nested list/tuple of scalars or arrays (tracers too), from first entries."""
+    if isinstance(x, (list, tuple)):
+        return (len(x),) + (_nested_shape(x[0]) if x else ())
+    return tuple(getattr(x, "shape", ()))
+
+
+def scalar_objective_tell(name: str, tell: Callable[[State, jax.Array], State]) -> Callable[[State, jax.Array], State]:
+    """`tell` preceded by `check_objective` (a trace-time check: free once compiled)."""
+
+    @functools.wraps(tell)
+    def checked(state, objective):
+        check_objective(name, objective)
+        return tell(state, objective)
+
+    return checked
 
 
 def _factory(name: str):
@@ -90,26 +155,45 @@ def _load_all():
 
 
 def check_int(field: str, value, low: int, high: int | None = None) -> int:
-    """Validate an integer option: a ValueError naming `field` and its allowed range."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
-    if not ok:
+    """Validate an integer option (Python, NumPy or JAX integer scalar; not a bool, not
+    a float) -> Python int; a ValueError naming `field` and its allowed range."""
+    v = integer_scalar(value)
+    if v is None or v < low or (high is not None and v > high):
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"{field} must be an integer {allowed}, got {value!r}")
-    return value
+    return v
 
 
 def check_float(field: str, value, low: float, high: float | None = None, low_open: bool = False) -> float:
-    """Validate a real option: a ValueError naming `field` and its allowed range."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    ok = v == v and (v > low if low_open else v >= low) and (high is None or v <= high)
-    if not ok:
+    """Validate a real option -> Python float; a ValueError naming `field` and its range.
+
+    Accepted: Python, NumPy or JAX real scalars (not bools), finite, |x| <= FLOAT32_MAX,
+    inside the range both as given and rounded to float32 (tuners compute in float32:
+    ridge=1e-50 is 0 there, so it is refused for ridge > 0).
+    """
+    v = real_scalar(value)
+
+    def inside(x):
+        return (x > low if low_open else x >= low) and (high is None or x <= high)
+
+    if v is None or not math.isfinite(v) or abs(v) > FLOAT32_MAX or not inside(v) or not inside(float(np.float32(v))):
         lo = f"> {low}" if low_open else f">= {low}"
         allowed = lo if high is None else f"{lo} and <= {high}"
-        raise ValueError(f"{field} must be a number {allowed}, got {value!r}")
+        raise ValueError(f"{field} must be a finite number {allowed}, representable in float32 "
+                         f"(|x| <= {FLOAT32_MAX:.8g}), got {value!r}")
     return v
+
+
+def check_memory(name: str, nbytes: int, limit_gib: float, involved: str) -> int:
+    """`nbytes` (per agent) if it is within `limit_gib` GiB, else a ValueError naming the
+    options `involved`, the estimate, the limit and how to raise it."""
+    if nbytes > limit_gib * GIB:
+        gib = nbytes / GIB if nbytes < 2 ** 1000 else math.inf
+        raise ValueError(
+            f"{name}: {involved} need an estimated {gib:.4g} GiB per agent (state and the largest "
+            f"temporary of ask/tell), above memory_limit_gib={limit_gib:g}; use smaller values, or raise the "
+            f"limit: make_tuner({name!r}, space, memory_limit_gib=..., ...)")
+    return int(nbytes)
 
 
 # Objectives of larger magnitude are treated like NaN: squares of them overflow float32.
@@ -121,7 +205,5 @@ def valid_objective(objective: jax.Array) -> jax.Array:
 
     Every tuner ignores an invalid objective (no learning from it) and counts it.
     """
-    import jax.numpy as jnp
-
     x = jnp.asarray(objective, jnp.float32)
     return jnp.isfinite(x) & (jnp.abs(x) <= MAX_ABS_OBJECTIVE)

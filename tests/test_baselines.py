@@ -2,6 +2,7 @@
 HyperBand's schedule and selections, GP methods beat random on a static problem."""
 import functools
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -219,3 +220,140 @@ def test_gp_methods_beat_random_on_static_noisy_problem():
     for name in ("gp_ucb", "pb2"):
         print(f"{name}: simple regret {results[name][0] / rnd:.2f} x random's")
         assert results[name][0] < rnd
+
+
+@pytest.mark.parametrize("name,option,value", [
+    ("gp_ucb", "beta_scale", float("inf")), ("gp_ucb", "beta_scale", 1e39), ("gp_ucb", "beta_scale", True),
+    ("gp_ucb", "delta", np.float64("nan")), ("gp_ucb", "delta", 1e-50),  # 0 in float32, needs > 0
+    ("gp_ucb", "buffer", 32.0), ("gp_ucb", "buffer", np.bool_(True)), ("pb2", "fit_points", True),
+    ("pb2", "candidates", jnp.float32(8)), ("hyperband", "budget", True), ("hyperband", "eta", np.float64(3)),
+    ("hyperband", "budget", 2 ** 31),
+])
+def test_bad_option_types_and_values_name_the_field(name, option, value):
+    with pytest.raises(ValueError, match=f"{name}.{option} must be"):
+        hcjax.make_tuner(name, SPACE, **{option: value})
+
+
+def test_numpy_and_jax_option_scalars_are_accepted():
+    opts = dict(buffer=np.int64(8), candidates=jnp.int32(4), refine_steps=np.uint8(1), fit_points=np.int32(8))
+    for name in ("gp_ucb", "pb2"):
+        extra = dict(beta_scale=np.float64(0.3), delta=jnp.float32(0.2)) if name == "gp_ucb" else {}
+        tuner = hcjax.make_tuner(name, SPACE, **opts, **extra)
+        state, values = jax.jit(tuner.ask)(tuner.init(jax.random.key(0)), jax.random.key(1))
+        assert state.x.shape == (8, 4) and np.all(np.isfinite(np.asarray(values)))
+    tuner = hcjax.make_tuner("hyperband", SPACE, budget=np.int64(40), eta=jnp.asarray(3))
+    assert tuner.init(jax.random.key(0)).configs.shape == (hyperband_schedule(40, 3)["n_slots"], 4)
+
+
+def test_fixed_values_are_checked_entry_by_entry():
+    good = [np.float64(1e-3), jnp.float32(0.2), np.array(0.95), np.int64(2000)]
+    state = hcjax.make_tuner("fixed", SPACE, values=good).init(jax.random.key(0))
+    np.testing.assert_allclose(state.values, [1e-3, 0.2, 0.95, 2000], rtol=1e-6)
+    np.testing.assert_array_equal(
+        hcjax.make_tuner("fixed", SPACE, values=jnp.asarray([1e-3, 0.2, 0.95, 2000])).init(None).values, state.values)
+    for bad, match in [([True, 0.2, 0.95, 2000], r"fixed.values\[0\] \('learning_rate'\) must be a finite number"),
+                       ([1e-3, 0.2, 0.95, 1e39], r"fixed.values\[3\] \('batch_size'\)"),
+                       ([1e-3, float("nan"), 0.95, 2000], r"fixed.values\[1\]"),
+                       ([1e-3, 0.2, 1.5, 2000], r"fixed.values\[2\] \('gae_lambda'\) must be a finite number in "
+                                                r"\[0.9, 1.0\]"),
+                       ([1e-3, 0.2, 0.95], "fixed.values must be a list or 1-D array of 4 numbers"),
+                       (np.zeros((1, 4)), "fixed.values must be a list or 1-D array of 4 numbers"),
+                       ("0.1", "fixed.values must be a list"), (0.5, "fixed.values must be a list")]:
+        with pytest.raises(ValueError, match=match):
+            hcjax.make_tuner("fixed", SPACE, values=bad)
+
+
+def xla_peak_bytes(tuner, agents):
+    """Per agent: the largest arguments + outputs + temporaries that XLA's buffer
+    assignment gives a jitted, vmapped init, ask or tell (compiled, never run)."""
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), agents))
+    states = jax.eval_shape(jax.vmap(tuner.init), keys)
+    objectives = jax.ShapeDtypeStruct((agents,), jnp.float32)
+    peak = 0
+    for fn, args in [(tuner.init, (keys,)), (tuner.ask, (states, keys)), (tuner.tell, (states, objectives))]:
+        m = jax.jit(jax.vmap(fn)).lower(*args).compile().memory_analysis()
+        peak = max(peak, m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
+    return peak / agents
+
+
+@pytest.mark.parametrize("name,opts,agents,tight", [
+    ("hypercontroller", dict(d=12, s=3), 4, True),  # 5 MB of models: the state dominates
+    ("hypercontroller", dict(d=5, beta=1.0), 1, False),
+    ("gp_ucb", dict(buffer=400, fit_points=16, candidates=16, refine_steps=1), 1, True),  # N x N dominates
+    ("pb2", dict(buffer=64, fit_points=64, candidates=16, refine_steps=1), 2, True),  # 60 F x F dominate
+    ("gp_ucb", dict(buffer=64, fit_points=32, candidates=2000, refine_steps=1), 1, True),  # N x C dominates
+    ("hyperband", dict(budget=2000, eta=2), 4, False),
+    ("random", {}, 1, False),
+    ("fixed", {}, 1, False),
+])
+def test_memory_estimate_bounds_xla_buffer_assignment(name, opts, agents, tight):
+    """memory_bytes is an upper bound of what XLA allocates per agent (CPU), and within 2.5x of
+    it where one array family dominates (so the estimate scales the way the real need does)."""
+    tuner = hcjax.make_tuner(name, SPACE, **opts)
+    measured = xla_peak_bytes(tuner, agents)
+    assert isinstance(tuner.memory_bytes, int) and measured <= tuner.memory_bytes
+    if tight:
+        assert tuner.memory_bytes <= 2.5 * measured, (tuner.memory_bytes, measured)
+
+
+@pytest.mark.parametrize("name,opts,involved", [
+    ("hypercontroller", dict(d=10 ** 6, s=3), r"d=1000000, s=3 \(with h=4"),
+    ("hypercontroller", dict(d=2000, s=2), "d=2000, s=2"),
+    ("gp_ucb", dict(buffer=10 ** 5), "buffer=100000, fit_points=128, candidates=256"),
+    ("pb2", dict(buffer=1000, fit_points=1000, candidates=10 ** 6), "buffer=1000, fit_points=1000, candidates=1000000"),
+    ("hyperband", dict(budget=2 ** 31 - 1, eta=2), "budget=2147483647, eta=2"),
+])
+def test_memory_limit_refuses_before_allocating(name, opts, involved):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"{name}: {involved}.* need an estimated .* GiB per agent.*above "
+                                         r"memory_limit_gib=4; .*memory_limit_gib=\.\.\."):
+        hcjax.make_tuner(name, SPACE, **opts)
+    assert time.perf_counter() - start < 1.0  # nothing was allocated or compiled
+
+
+def test_memory_limit_can_be_raised_or_lowered():
+    opts = dict(buffer=20_000)  # 16 N^2 bytes of posterior matrices: about 6 GiB
+    with pytest.raises(ValueError, match="gp_ucb: buffer=20000"):
+        hcjax.make_tuner("gp_ucb", SPACE, **opts)
+    tuner = hcjax.make_tuner("gp_ucb", SPACE, memory_limit_gib=16, **opts)
+    assert 4 * 2 ** 30 < tuner.memory_bytes <= 16 * 2 ** 30
+    assert tuner.init(jax.random.key(0)).x.shape == (20_000, 4)  # building and init are cheap; ask is the cost
+    small = hcjax.make_tuner("hypercontroller", SPACE)
+    assert 0 < small.memory_bytes < 2 ** 20
+    with pytest.raises(ValueError, match=r"memory_limit_gib=1e-07"):
+        hcjax.make_tuner("hypercontroller", SPACE, memory_limit_gib=1e-7)
+    for bad in (0, -1.0, float("inf"), True, "4"):
+        with pytest.raises(ValueError, match="make_tuner.memory_limit_gib must be"):
+            hcjax.make_tuner("random", SPACE, memory_limit_gib=bad)
+    assert "memory_limit_gib" not in hcjax.options("gp_ucb")
+
+
+BAD_OBJECTIVES = [[1.0, 2.0], [0.5], (0.5,), np.zeros(2), np.zeros(1), jnp.zeros((1,)), jnp.zeros((2, 1))]
+GOOD_OBJECTIVES = [1.5, 2, np.float32(0.5), np.float64(-1.0), np.int64(3), jnp.asarray(0.25), jnp.float32(float("nan"))]
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_tell_needs_a_scalar_objective(name):
+    assert set(METHODS) == set(hcjax.available())
+    tuner = hcjax.make_tuner(name, SPACE, **METHODS[name])
+    state = tuner.init(jax.random.key(0))
+    shapes = jax.tree_util.tree_map(jnp.shape, state)
+    tell = jax.jit(tuner.tell)
+    for bad in BAD_OBJECTIVES + [True, jnp.asarray(True), "1.0"]:
+        for fn in (tuner.tell, tell) if not isinstance(bad, str) else (tuner.tell,):  # jit refuses str itself
+            with pytest.raises(ValueError, match=rf"{name}.tell: objective must be a (real )?(scalar|number)"):
+                fn(state, bad)
+    with pytest.raises(ValueError, match=rf"{name}.tell: .*got a list of shape \(2,\)"):
+        tuner.tell(state, [1.0, 2.0])
+    with pytest.raises(ValueError, match=rf"{name}.tell: .*shape \(1,\)"):
+        tell(state, jnp.zeros((1,)))
+    for good in GOOD_OBJECTIVES:
+        for fn in (tuner.tell, tell):
+            after = fn(state, good)
+            assert jax.tree_util.tree_map(jnp.shape, after) == shapes
+    assert int(after.n_invalid) == 1  # the NaN
+    # Under vmap each agent's objective is a scalar.
+    states = jax.vmap(tuner.init)(jax.random.split(jax.random.key(1), 3))
+    after = jax.jit(jax.vmap(tuner.tell))(states, jnp.asarray([1.0, float("nan"), 2.0]))
+    np.testing.assert_array_equal(after.n_invalid, [0, 1, 0])
+    assert jax.tree_util.tree_map(jnp.shape, after) == jax.tree_util.tree_map(jnp.shape, states)

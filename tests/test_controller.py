@@ -181,6 +181,12 @@ def test_vmap_equals_separate_runs():
 @pytest.mark.parametrize("option,value,field", [
     ("d", 1, "hypercontroller.d"), ("s", 0, "hypercontroller.s"), ("s", 4, "hypercontroller.s"),
     ("ridge", 0.0, "hypercontroller.ridge"), ("beta", -1.0, "hypercontroller.beta"), ("d", 2.5, "hypercontroller.d"),
+    ("ridge", float("inf"), "hypercontroller.ridge"), ("ridge", 1e39, "hypercontroller.ridge"),
+    ("ridge", 1e-50, "hypercontroller.ridge"), ("ridge", np.float64("nan"), "hypercontroller.ridge"),
+    ("beta", float("inf"), "hypercontroller.beta"), ("beta", True, "hypercontroller.beta"),
+    ("d", True, "hypercontroller.d"), ("s", np.bool_(True), "hypercontroller.s"),
+    ("d", np.float64(4), "hypercontroller.d"),
+    ("ridge", "1", "hypercontroller.ridge"), ("ridge", jnp.ones(1), "hypercontroller.ridge"),
 ])
 def test_bad_options(option, value, field):
     with pytest.raises(ValueError, match=field):
@@ -192,3 +198,28 @@ def test_unknown_name_and_option():
         hcjax.make_tuner("bayes", hcjax.unit_space(2))
     with pytest.raises(ValueError, match="unknown option.*'lr'"):
         hcjax.make_tuner("hypercontroller", hcjax.unit_space(2), lr=1.0)
+
+
+def test_real_options_accept_numpy_and_jax_scalars_and_keep_the_state_finite():
+    """ridge=inf used to be accepted and made the state non-finite from init; the largest
+    accepted ridge and beta keep every state array finite through learning."""
+    space = hcjax.unit_space(2)
+    a = hcjax.make_tuner("hypercontroller", space, d=np.int64(4), s=jnp.int32(2), ridge=np.float64(0.5),
+                         beta=jnp.float32(0.25))
+    b = hcjax.make_tuner("hypercontroller", space, d=4, s=2, ridge=0.5, beta=0.25)
+    key = jax.random.PRNGKey(0)
+    np.testing.assert_array_equal(a.init(key).models, b.init(key).models)
+    for ridge, beta in [(3.4e38, 0.0), (1e-30, 3.4e38)]:
+        tuner = hcjax.make_tuner("hypercontroller", space, d=4, s=2, ridge=ridge, beta=beta)
+        ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
+        state = tuner.init(key)
+        for k, x in enumerate([1e15, -1e15, 3.0, 1e-30, 2.0, -5.0]):
+            state, values = ask(state, jax.random.fold_in(key, k))
+            state = tell(state, x)
+            assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree_util.tree_leaves(state))
+            assert np.all(np.isfinite(np.asarray(values)))
+
+
+def test_contexts_must_fit_int32():
+    with pytest.raises(ValueError, match=r"d\*\*s must be < 2\*\*31 .* got d=65536, s=2"):
+        hcjax.make_tuner("hypercontroller", hcjax.unit_space(1), d=2 ** 16, s=2, memory_limit_gib=1e9)

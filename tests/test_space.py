@@ -77,3 +77,52 @@ def test_defaults():
     space = ppo_space()
     np.testing.assert_allclose(space.default, [3e-4, 0.2, 0.95, 1000.0], rtol=1e-6)
     assert Hyperparameter("lr", 1e-4, 1e-2, "log").default_value == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(low=0.0, high=1e39), "high must be a finite number representable in float32"),
+    (dict(low=-1e39, high=1.0), "low must be a finite number representable in float32"),
+    (dict(low=0.0, high=float("inf")), "high must be a finite number"),
+    (dict(low=0.0, high=10 ** 400), "high must be a finite number"),
+    (dict(low=1e-300, high=1.0, scale="log"), r"scale='log' needs low >= 1.1754944e-38 \(float32's smallest normal"),
+    # a float32 denormal: XLA may flush it to 0, whose log is -inf
+    (dict(low=1e-40, high=1.0, scale="log"), "scale='log' needs low >= .* got low=1e-40"),
+    (dict(low=1.0, high=1.0 + 1e-9), "low must be < high in float32"),
+    (dict(low=-3e38, high=3e38), r"a linear scale needs high - low <= 3.4028235e\+38"),
+    (dict(low=True, high=2.0), "low must be a finite number"),
+    (dict(low=0.0, high=np.bool_(True)), "high must be a finite number"),
+    (dict(low=0.0, high=2.0, default=True), "default must be a finite number"),
+    (dict(low=0.0, high=2.0, default=jnp.asarray(True)), "default must be a finite number"),
+    (dict(low=0.0, high=np.array([2.0])), "high must be a finite number"),
+    (dict(low="0", high=2.0), "low must be a finite number"),
+    (dict(low=0.0, high=2.0, integer="yes"), "integer must be True or False"),
+])
+def test_bounds_must_be_float32_numbers(kwargs, match):
+    with pytest.raises(ValueError, match=r"Hyperparameter 'x': " + match):
+        Hyperparameter("x", **kwargs)
+
+
+def test_extreme_representable_bounds_give_finite_nonzero_values():
+    """The largest and smallest accepted bounds decode to finite values, positive on log scales."""
+    space = Space([Hyperparameter("big", 0.0, 3.4e38), Hyperparameter("tiny", 1.2e-38, 1.0, "log"),
+                   Hyperparameter("wide", -1.7e38, 1.7e38)])
+    u = jnp.asarray([[0.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 1.0]])
+    for x in (np.asarray(space.decode(u)), space.grid(5).T):
+        assert np.all(np.isfinite(x)) and np.all(x[:, 1] > 0)
+        assert np.all(x >= space.low) and np.all(x <= space.high)
+    assert np.all(np.isfinite(np.asarray(space.encode(space.decode(u)))))
+
+
+def test_numpy_and_jax_scalars_are_accepted_and_stored_as_floats():
+    p = Hyperparameter("x", np.float64(1.0), np.int64(3), default=jnp.float32(2.5))
+    q = Hyperparameter("y", np.array(1e-4), jnp.asarray(1e-2, jnp.float32), "log", integer=np.bool_(False))
+    assert (p.low, p.high, p.default) == (1.0, 3.0, 2.5) and all(type(v) is float for v in (p.low, p.high, p.default))
+    assert type(q.low) is float and q.integer is False
+    assert p == Hyperparameter("x", 1.0, 3.0, default=2.5) and hash(p) == hash(Hyperparameter("x", 1, 3, default=2.5))
+    space = Space([p, q])
+    np.testing.assert_allclose(space.grid(np.int64(3)), space.grid(3))
+    np.testing.assert_allclose(space.grid(jnp.int32(3)), space.grid(3))
+    assert unit_space(np.int64(2)).h == 2 and unit_space(jnp.asarray(3)).h == 3
+    for bad in (True, 2.0, np.float32(2)):
+        with pytest.raises(ValueError, match="unit_space: h must be an integer >= 1"):
+            unit_space(bad)

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from hcjax.space import Space
-from hcjax.tuner import Tuner, register, valid_objective
+from hcjax.space import Space, real_scalar
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register, valid_objective
 
 
 @struct.dataclass
@@ -23,18 +23,40 @@ def count_invalid(state, objective):
     return state.replace(n_invalid=state.n_invalid + (~valid_objective(objective)).astype(jnp.int32))
 
 
-@register("fixed")
-def fixed(space: Space, *, values=None) -> Tuner:
-    """Always `values` ((h,) natural units; default: each hyperparameter's default)."""
-    if values is None:
-        config = space.default
+def constant_memory(h: int) -> int:
+    """Estimated peak bytes of one `ConstantState` tuner: the state twice (a jitted call
+    returns a copy) and the temporaries of one uniform draw (about 12 h bytes + 1 KiB)."""
+    return 2 * (4 * h + 4) + 16 * h + 1024
+
+
+def check_values(space: Space, values) -> np.ndarray:
+    """`fixed.values` -> (h,) float32: h real numbers (a sequence or a 1-D array; Python,
+    NumPy or JAX scalars, not bools), finite, each inside its hyperparameter's bounds."""
+    if hasattr(values, "shape") and hasattr(values, "dtype"):
+        entries = list(np.asarray(values)) if np.ndim(values) == 1 else None
     else:
-        config = np.asarray(values, np.float32).reshape(-1)
-        if config.shape != (space.h,) or not np.all(np.isfinite(config)):
-            raise ValueError(f"fixed.values must be {space.h} finite numbers, got {values!r}")
-        bad = [n for n, v, lo, hi in zip(space.names, config, space.low, space.high) if not lo <= v <= hi]
-        if bad:
-            raise ValueError(f"fixed.values: {bad} outside their bounds {space.names} low={space.low} high={space.high}")
+        entries = list(values) if isinstance(values, (list, tuple)) else None
+    if entries is None or len(entries) != space.h:
+        raise ValueError(f"fixed.values must be a list or 1-D array of {space.h} numbers, one per hyperparameter "
+                         f"{list(space.names)}, got {values!r}")
+    config = np.zeros(space.h, np.float32)
+    for i, (p, value) in enumerate(zip(space.hyperparameters, entries)):
+        v = real_scalar(value)
+        with np.errstate(over="ignore"):
+            v32 = np.float32(v if v is not None else np.nan)
+        # Compared in float32, where values live: float32(1e-3) is a little above 1e-3.
+        if not (np.isfinite(v32) and space.low[i] <= v32 <= space.high[i]):
+            raise ValueError(f"fixed.values[{i}] ({p.name!r}) must be a finite number in [{p.low}, {p.high}] (not a "
+                             f"bool), got {value!r}")
+        config[i] = v32
+    return config
+
+
+@register("fixed")
+def fixed(space: Space, *, values=None, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
+    """Always `values` ((h,) natural units; default: each hyperparameter's default)."""
+    config = space.default if values is None else check_values(space, values)
+    memory = check_memory("fixed", constant_memory(space.h), memory_limit_gib, f"h={space.h} hyperparameters")
     config = jnp.asarray(space.clip(jnp.asarray(config)))
 
     def init(key):
@@ -45,4 +67,4 @@ def fixed(space: Space, *, values=None) -> Tuner:
         del key
         return state, state.values
 
-    return Tuner("fixed", space, init, ask, count_invalid)
+    return Tuner("fixed", space, init, ask, count_invalid, memory)

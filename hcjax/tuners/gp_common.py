@@ -5,7 +5,9 @@ candidates and refined by gradient steps.
 One decision (`ask`) with buffer size N, F = min(fit_points, N), G grid points and
 C candidates costs O(G F^3) (fit) + O(N^3) (one Cholesky of the whole buffer, the honest
 GP cost) + O(N^2 C) (posterior variance at the candidates) + O(refine_steps N^2).
-`tell` is O(h): it writes one row of the ring buffer.
+`tell` is O(h): it writes one row of the ring buffer. Memory (`gp_memory`): the fit
+materialises G kernel matrices of F x F at once (the grid is vmapped), the posterior a
+few N x N matrices, the prediction two N x C ones.
 
 Kernel hyperparameters, fitted at every `ask`: the signal variance v is profiled out
 (its maximum-likelihood value given the rest, `hcjax.gp.condition`); the length scale l,
@@ -24,7 +26,7 @@ from flax import struct
 
 from hcjax import gp
 from hcjax.space import Space
-from hcjax.tuner import Tuner, check_int, valid_objective
+from hcjax.tuner import Tuner, check_int, check_memory, valid_objective
 
 LENGTHSCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 NOISE_RATIOS = (1e-3, 1e-2, 1e-1, 1.0)
@@ -69,12 +71,23 @@ class GPSpec(NamedTuple):
     beta: Callable
 
 
-def check_gp_options(name, buffer, candidates, refine_steps, fit_points):
-    """Validate the options both GP tuners share (ValueError naming the field)."""
-    check_int(f"{name}.buffer", buffer, 2)
-    check_int(f"{name}.candidates", candidates, 1)
-    check_int(f"{name}.refine_steps", refine_steps, 0)
-    check_int(f"{name}.fit_points", fit_points, 2)
+def check_gp_options(name, buffer, candidates, refine_steps, fit_points) -> tuple[int, int, int, int]:
+    """Validate the options both GP tuners share (ValueError naming the field) -> the
+    same as Python ints."""
+    return (check_int(f"{name}.buffer", buffer, 2, 2 ** 31 - 1), check_int(f"{name}.candidates", candidates, 1),
+            check_int(f"{name}.refine_steps", refine_steps, 0), check_int(f"{name}.fit_points", fit_points, 2))
+
+
+def gp_memory(h: int, n_context: int, n_grid: int, buffer: int, candidates: int, fit_points: int) -> int:
+    """Estimated peak bytes of one GP tuner (float32): the state twice ((N, h + c + 1)
+    buffer and (N,) mask), plus ask's temporaries: 4 G F^2 (the grid search builds G
+    F x F kernel matrices and their factors at once), 4 N^2 (the posterior's kernel,
+    factor, block inverses) and 2 N C (data-candidate kernel and its solve), F =
+    min(fit_points, N). Calibrated against XLA's buffer assignment on the CPU
+    (`compile().memory_analysis()`), which it bounds from above (tests/test_baselines.py)."""
+    N, F = buffer, min(fit_points, buffer)
+    state = 4 * N * (h + n_context + 1) + N + 4 * h + 20
+    return 2 * state + 4 * (4 * n_grid * F * F + 4 * N * N + 2 * N * candidates) + 16 * 1024
 
 
 def product_grid(**axes) -> dict:
@@ -84,10 +97,15 @@ def product_grid(**axes) -> dict:
 
 
 def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candidates: int, refine_steps: int,
-                  fit_points: int, n_context: int) -> Tuner:
-    """Build a GP-UCB-style tuner from `spec` (see `GPSpec`); options validated by the caller."""
+                  fit_points: int, n_context: int, memory_limit_gib: float) -> Tuner:
+    """Build a GP-UCB-style tuner from `spec` (see `GPSpec`); options validated by the
+    caller, memory checked here (`gp_memory`) before anything is allocated."""
     h, N = space.h, buffer
     F = min(fit_points, N)
+    n_grid = len(next(iter(spec.grid.values())))
+    memory = check_memory(name, gp_memory(h, n_context, n_grid, N, candidates, fit_points), memory_limit_gib,
+                          f"buffer={N}, fit_points={fit_points}, candidates={candidates} (a grid of {n_grid} "
+                          f"kernel parameters, h={h} hyperparameters)")
 
     def init(key):
         return GPTunerState(
@@ -191,8 +209,8 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
             n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
         )
 
-    return Tuner(name, space, init, ask, tell)
+    return Tuner(name, space, init, ask, tell, memory)
 
 
-__all__ = ["GPSpec", "GPTunerState", "LENGTHSCALES", "NOISE_RATIOS", "check_gp_options", "make_gp_tuner",
-           "product_grid"]
+__all__ = ["GPSpec", "GPTunerState", "LENGTHSCALES", "NOISE_RATIOS", "check_gp_options", "gp_memory",
+           "make_gp_tuner", "product_grid"]

@@ -28,15 +28,17 @@ import jax.numpy as jnp
 
 from hcjax import gp
 from hcjax.space import Space
-from hcjax.tuner import Tuner, check_float, register
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_float, register
 from hcjax.tuners.gp_common import LENGTHSCALES, NOISE_RATIOS, GPSpec, check_gp_options, make_gp_tuner, product_grid
 
 
 @register("gp_ucb")
 def gp_ucb(space: Space, *, buffer: int = 1000, candidates: int = 256, refine_steps: int = 10,
-           fit_points: int = 128, beta_scale: float = 0.2, delta: float = 0.1) -> Tuner:
+           fit_points: int = 128, beta_scale: float = 0.2, delta: float = 0.1,
+           memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """GP-UCB over `space` with a ring buffer of `buffer` observations (state O(buffer h))."""
-    check_gp_options("gp_ucb", buffer, candidates, refine_steps, fit_points)
+    buffer, candidates, refine_steps, fit_points = check_gp_options("gp_ucb", buffer, candidates, refine_steps,
+                                                                    fit_points)
     beta_scale = check_float("gp_ucb.beta_scale", beta_scale, 0.0)
     delta = check_float("gp_ucb.delta", delta, 0.0, 1.0, low_open=True)
     log_const = math.log(math.pi ** 2 / (6.0 * delta))
@@ -53,4 +55,4 @@ def gp_ucb(space: Space, *, buffer: int = 1000, candidates: int = 256, refine_st
         beta=beta,
     )
     return make_gp_tuner("gp_ucb", space, spec, buffer=buffer, candidates=candidates, refine_steps=refine_steps,
-                         fit_points=fit_points, n_context=0)
+                         fit_points=fit_points, memory_limit_gib=memory_limit_gib, n_context=0)

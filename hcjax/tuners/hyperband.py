@@ -31,7 +31,7 @@ import numpy as np
 from flax import struct
 
 from hcjax.space import Space
-from hcjax.tuner import Tuner, check_int, register, valid_objective
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_int, check_memory, register, valid_objective
 
 UNSCORED = -3.0e38  # score of a candidate in the bracket with no valid objective yet
 
@@ -50,6 +50,15 @@ def sweep_length(s_max: int, eta: int) -> int:
     return sum(n * r for bracket in brackets(s_max, eta) for n, r in bracket)
 
 
+def sweep_shape(budget: int, eta: int) -> tuple[int, int, int]:
+    """(s_max, length of one sweep, n_slots = the largest bracket's configurations) of the
+    largest HyperBand whose whole sweep fits in `budget` decisions; O(s_max^3), no arrays."""
+    s_max = 0
+    while sweep_length(s_max + 1, eta) <= budget:
+        s_max += 1
+    return s_max, sweep_length(s_max, eta), max(b[0][0] for b in brackets(s_max, eta))
+
+
 def hyperband_schedule(budget: int, eta: int) -> dict:
     """Static schedule for a run of `budget` decisions.
 
@@ -59,24 +68,30 @@ def hyperband_schedule(budget: int, eta: int) -> dict:
     decision of a round i > 0), keep (int32, configurations in that round), rank (int32,
     which of the round's configurations, in score order, runs at this decision).
     """
-    s_max = 0
-    while sweep_length(s_max + 1, eta) <= budget:
-        s_max += 1
+    s_max, length, n_slots = sweep_shape(budget, eta)
     bs = brackets(s_max, eta)
     new_bracket, n_new, new_round, keep, rank = [], [], [], [], []
     for bracket in bs:
         for i, (n_i, r_i) in enumerate(bracket):
-            for j in range(n_i):
-                for k in range(r_i):
-                    first = j == 0 and k == 0
-                    new_bracket.append(first and i == 0)
-                    n_new.append(bracket[0][0])
-                    new_round.append(first and i > 0)
-                    keep.append(n_i)
-                    rank.append(j)
-    return dict(s_max=s_max, brackets=bs, length=len(rank), n_slots=max(b[0][0] for b in bs),
-                new_bracket=np.array(new_bracket), n_new=np.array(n_new, np.int32),
-                new_round=np.array(new_round), keep=np.array(keep, np.int32), rank=np.array(rank, np.int32))
+            first = np.zeros(n_i * r_i, bool)
+            first[:1] = True
+            new_bracket.append(first & (i == 0))
+            new_round.append(first & (i > 0))
+            n_new.append(np.full(n_i * r_i, bracket[0][0], np.int32))
+            keep.append(np.full(n_i * r_i, n_i, np.int32))
+            rank.append(np.repeat(np.arange(n_i, dtype=np.int32), r_i))
+    return dict(s_max=s_max, brackets=bs, length=length, n_slots=n_slots,
+                new_bracket=np.concatenate(new_bracket), n_new=np.concatenate(n_new),
+                new_round=np.concatenate(new_round), keep=np.concatenate(keep), rank=np.concatenate(rank))
+
+
+def hyperband_memory(h: int, budget: int, eta: int) -> int:
+    """Estimated peak bytes of one agent: the state twice ((n_slots, h) candidates and
+    (n_slots,) scores), ask's temporaries (a fresh table, two argsorts), and the (L,)
+    schedule arrays (14 bytes per position) the compiled program embeds."""
+    _, length, n_slots = sweep_shape(budget, eta)
+    state = n_slots * (4 * h + 13) + 16
+    return 2 * state + n_slots * (16 * h + 64) + 14 * length + 1024
 
 
 @struct.dataclass
@@ -99,10 +114,13 @@ class HyperbandState:
 
 
 @register("hyperband")
-def hyperband(space: Space, *, budget: int = 200, eta: int = 3) -> Tuner:
+def hyperband(space: Space, *, budget: int = 200, eta: int = 3,
+              memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """Online HyperBand sized so that whole sweeps fit in `budget` asks (see module doc)."""
-    budget = check_int("hyperband.budget", budget, 1)
+    budget = check_int("hyperband.budget", budget, 1, 2 ** 31 - 1)
     eta = check_int("hyperband.eta", eta, 2)
+    memory = check_memory("hyperband", hyperband_memory(space.h, budget, eta), memory_limit_gib,
+                          f"budget={budget}, eta={eta} (with h={space.h} hyperparameters)")
     sched = hyperband_schedule(budget, eta)
     n_slots, length = sched["n_slots"], sched["length"]
     new_bracket, n_new = jnp.asarray(sched["new_bracket"]), jnp.asarray(sched["n_new"])
@@ -156,4 +174,4 @@ def hyperband(space: Space, *, budget: int = 200, eta: int = 3) -> Tuner:
             n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
         )
 
-    return Tuner("hyperband", space, init, ask, tell)
+    return Tuner("hyperband", space, init, ask, tell, memory)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from hcjax import gp
 from hcjax.space import Space
-from hcjax.tuner import Tuner, register
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, register
 from hcjax.tuners.gp_common import LENGTHSCALES, NOISE_RATIOS, GPSpec, check_gp_options, make_gp_tuner, product_grid
 
 EPSILONS = (0.01, 0.1, 0.5)
@@ -55,9 +55,10 @@ def pb2_correlation(za, zb, p):
 
 @register("pb2")
 def pb2(space: Space, *, buffer: int = 1000, candidates: int = 256, refine_steps: int = 10,
-        fit_points: int = 128) -> Tuner:
+        fit_points: int = 128, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """Single-agent PB2 over `space` with a ring buffer of `buffer` observations."""
-    check_gp_options("pb2", buffer, candidates, refine_steps, fit_points)
+    buffer, candidates, refine_steps, fit_points = check_gp_options("pb2", buffer, candidates, refine_steps,
+                                                                    fit_points)
     spec = GPSpec(
         grid=product_grid(lengthscale=LENGTHSCALES, noise=NOISE_RATIOS, eps=EPSILONS),
         correlation=pb2_correlation,
@@ -66,4 +67,4 @@ def pb2(space: Space, *, buffer: int = 1000, candidates: int = 256, refine_steps
         beta=pb2_beta,
     )
     return make_gp_tuner("pb2", space, spec, buffer=buffer, candidates=candidates, refine_steps=refine_steps,
-                         fit_points=fit_points, n_context=2)
+                         fit_points=fit_points, memory_limit_gib=memory_limit_gib, n_context=2)

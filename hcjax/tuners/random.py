@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from hcjax.space import Space
-from hcjax.tuner import Tuner, register
-from hcjax.tuners.fixed import ConstantState, count_invalid
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register
+from hcjax.tuners.fixed import ConstantState, constant_memory, count_invalid
 
 
 def sample(space: Space, key: jax.Array) -> jax.Array:
@@ -17,7 +17,10 @@ def sample(space: Space, key: jax.Array) -> jax.Array:
 
 
 @register("random")
-def random(space: Space) -> Tuner:
+def random(space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
+    """A fresh uniform sample (log-uniform on log scales, rounded on integers) at every `ask`."""
+    memory = check_memory("random", constant_memory(space.h), memory_limit_gib, f"h={space.h} hyperparameters")
+
     def init(key):
         return ConstantState(values=sample(space, key), n_invalid=jnp.zeros((), jnp.int32))
 
@@ -25,4 +28,4 @@ def random(space: Space) -> Tuner:
         values = sample(space, key)
         return state.replace(values=values), values
 
-    return Tuner("random", space, init, ask, count_invalid)
+    return Tuner("random", space, init, ask, count_invalid, memory)

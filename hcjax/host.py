@@ -1,0 +1,157 @@
+"""`HostTuner`: any tuner behind ask/tell with host numbers, for a plain Python loop.
+
+    tuner = hcjax.HostTuner("hypercontroller", space, seed=0, d=10)
+    for step in range(n):
+        hp = tuner.ask()        # {"learning_rate": 0.001, "batch_size": 2048}: float, or int
+        ...                     # train with hp
+        tuner.tell(objective)   # one Python or NumPy number, higher is better
+
+The pure tuner's `init`, `ask` and `tell` (from `make_tuner`, same options) are
+compiled once with `jax.jit`; the state stays on the device and its buffers are donated
+to each call (updated in place), so a call moves only the objective to the device and
+the (h,) values back.
+
+Key schedule: base = jax.random.PRNGKey(seed); `init` uses fold_in(base, 0) and the
+k-th `ask` (k = 0, 1, ...) fold_in(base, k + 1). The pure tuner run with these keys
+(jitted init, ask and tell) gives exactly the same values.
+
+Checkpoints: `state_dict()` is a dict of NumPy arrays ("tuner": the name, "key": the
+base key's data, "asks" and "tells": counters, "state.<field>": the state's leaves),
+ready for `np.savez`; `load_state_dict(d)` (a dict, or what `np.load` returns)
+validates names, shapes, dtypes and finiteness, then restores it exactly: the next
+asks equal those the saved tuner would have made. Options are not stored: load into a
+HostTuner built with the same name, space and options.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hcjax.space import Space, real_scalar
+from hcjax.tuner import check_int, check_objective, make_tuner
+
+MAX_ASKS = 2 ** 32 - 2  # fold_in takes a uint32: ask k uses k + 1
+
+
+class HostTuner:
+    """A tuner driven from Python: `ask() -> {name: value}`, `tell(objective)`.
+
+    name, space, options: as `make_tuner(name, space, **options)` (the same ValueErrors,
+    including `memory_limit_gib`); seed: integer in [0, 2**32 - 1], see the key schedule
+    in the module docstring.
+    """
+
+    def __init__(self, name: str, space: Space, seed: int = 0, **options):
+        seed = check_int("HostTuner.seed", seed, 0, 2 ** 32 - 1)
+        self.tuner = make_tuner(name, space, **options)
+        self.name, self.space = self.tuner.name, self.tuner.space
+        tuner = self.tuner
+
+        def ask(state, base, asks):
+            state, values = tuner.ask(state, jax.random.fold_in(base, asks + 1))
+            return state, asks + 1, values
+
+        self._ask = jax.jit(ask, donate_argnums=(0, 2))
+        self._tell = jax.jit(tuner.tell, donate_argnums=0)
+        self._key = jax.random.PRNGKey(seed)
+        self._state = jax.jit(tuner.init)(jax.random.fold_in(self._key, 0))
+        self._asks = jnp.zeros((), jnp.uint32)  # on the device, read by the compiled ask
+        self._n_asks, self._n_tells = 0, 0  # host copies: no device read per call
+        paths, self._treedef = jax.tree_util.tree_flatten_with_path(self._state)
+        self._leaf_names = ["state" + jax.tree_util.keystr(path) for path, _ in paths]
+
+    def __repr__(self):
+        return f"HostTuner({self.name!r}, {list(self.space.names)}, asks={self.n_asks}, tells={self.n_tells})"
+
+    @property
+    def state(self):
+        """The tuner's state pytree (device arrays; do not keep it across calls: donated)."""
+        return self._state
+
+    @property
+    def n_asks(self) -> int:
+        return self._n_asks
+
+    @property
+    def n_tells(self) -> int:
+        return self._n_tells
+
+    @property
+    def n_invalid(self) -> int:
+        """Objectives told that were ignored (non-finite or |x| > 1e15), as every tuner counts them."""
+        return int(self._state.n_invalid)
+
+    def ask(self) -> dict:
+        """The next configuration: {name: value} in natural units, in the space's order;
+        Python int for integer hyperparameters, Python float otherwise."""
+        if self._n_asks > MAX_ASKS:
+            raise ValueError(f"HostTuner({self.name!r}).ask: at most {MAX_ASKS + 1} asks (the key schedule's counter "
+                             "is a uint32)")
+        self._state, self._asks, values = self._ask(self._state, self._key, self._asks)
+        self._n_asks += 1
+        return {name: int(v) if integer else float(v)
+                for name, v, integer in zip(self.space.names, np.asarray(values).tolist(), self.space.is_integer)}
+
+    def tell(self, objective) -> None:
+        """Report one objective of the configuration in effect (higher is better): a Python,
+        NumPy or 0-d JAX number. Non-finite or huge ones are ignored and counted (`n_invalid`)."""
+        check_objective(f"HostTuner({self.name!r})", objective)
+        with np.errstate(over="ignore"):
+            x = np.float32(real_scalar(objective))
+        self._state = self._tell(self._state, x)
+        self._n_tells += 1
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of everything `load_state_dict` needs, as NumPy arrays (see module docstring)."""
+        out = {"tuner": np.asarray(self.name), "key": np.array(self._key), "asks": np.asarray(self._n_asks, np.uint32),
+               "tells": np.asarray(self._n_tells, np.int64)}
+        for name, leaf in zip(self._leaf_names, jax.tree_util.tree_leaves(self._state)):
+            out[name] = np.array(leaf)
+        return out
+
+    def _layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """name -> (shape, dtype) of every entry of `state_dict()`, without copying."""
+        layout = {"key": (self._key.shape, self._key.dtype), "asks": ((), np.dtype(np.uint32)),
+                  "tells": ((), np.dtype(np.int64))}
+        for name, leaf in zip(self._leaf_names, jax.tree_util.tree_leaves(self._state)):
+            layout[name] = (tuple(leaf.shape), np.dtype(leaf.dtype))
+        return layout
+
+    def load_state_dict(self, d: Mapping) -> None:
+        """Restore a `state_dict()` (a dict, or `np.load(path)` of an `np.savez` file).
+        ValueError, leaving this tuner unchanged, for a missing or unexpected entry, another
+        tuner's name, a shape or dtype that differs from this tuner's (other options), or a
+        non-finite float."""
+        where = f"HostTuner({self.name!r}).load_state_dict"
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected a mapping of names to arrays (a state_dict() or np.load(path)), "
+                             f"got {type(d).__name__}")
+        layout = self._layout()
+        expected = set(layout) | {"tuner"}
+        missing, unexpected = sorted(expected - set(d)), sorted(set(d) - expected)
+        if missing or unexpected:
+            raise ValueError(f"{where}: missing entries {missing}, unexpected entries {unexpected}; expected "
+                             f"{sorted(expected)}")
+        saved_name = np.asarray(d["tuner"])
+        if saved_name.shape != () or saved_name.dtype.kind != "U" or str(saved_name) != self.name:
+            raise ValueError(f"{where}: 'tuner' must be {self.name!r}, got {d['tuner']!r}")
+        arrays = {}
+        for name, (shape, dtype) in layout.items():
+            a = np.array(d[name])  # a private copy: the device may alias it, and donation overwrites
+            if a.shape != shape or a.dtype != dtype:
+                raise ValueError(f"{where}: {name!r} must have shape {shape} and dtype {dtype}, got shape {a.shape} "
+                                 f"and dtype {a.dtype} (a checkpoint of other options or another space?)")
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                raise ValueError(f"{where}: {name!r} has non-finite entries")
+            arrays[name] = a
+        if arrays["tells"] < 0:
+            raise ValueError(f"{where}: 'tells' must be >= 0, got {arrays['tells']}")
+        leaves = [jax.device_put(arrays[name]) for name in self._leaf_names]
+        self._state = jax.tree_util.tree_unflatten(self._treedef, leaves)
+        self._key = jax.device_put(arrays["key"])
+        self._asks = jax.device_put(arrays["asks"])
+        self._n_asks = int(arrays["asks"])
+        self._n_tells = int(arrays["tells"])
