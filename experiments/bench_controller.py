@@ -14,7 +14,7 @@ import argparse
 import jax
 
 import hcjax
-from experiments.deps import devices as device_info
+from experiments import deps
 from experiments.timing import median_seconds, print_table, write_json_atomic
 
 
@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
     for row in rows:
         row["meets_target"] = "" if row["target_ms"] == "" else row["ms_total"] <= row["target_ms"]
     print_table(rows, ["case", "s", "agents", "ms_total", "us_per_agent", "target_ms", "meets_target"])
-    report = {"benchmark": "controller", "h": 4, "d": 10, "device": device_info(), "rows": rows}
+    report = {"benchmark": "controller", "h": 4, "d": 10, "device": deps.devices(), "rows": rows}
     write_json_atomic(args.out, report)
     print(f"wrote {args.out}")
     return report

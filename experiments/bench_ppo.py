@@ -33,7 +33,7 @@ import numpy as np
 import hcjax  # noqa: E402
 from agents import driver, envs
 from agents.ppo import PPOConfig, make_learner
-from experiments.deps import devices as device_info
+from experiments import deps
 from experiments.timing import print_table, write_json_atomic
 
 TUNERS = ("fixed", "hypercontroller", "gp_ucb")
@@ -180,7 +180,7 @@ def main(argv=None) -> dict:
     host = None if args.skip_host else bench_host("HalfCheetah-v4", host_iters)
     if host is not None:
         print_table([host], ["env", "path", "agents", "tuner", "frames", "seconds", "fps"])
-    report = {"benchmark": "ppo", "device": device_info(), "quick": args.quick,
+    report = {"benchmark": "ppo", "device": deps.devices(), "quick": args.quick,
               "settings": {"frames_per_iteration": 1000, "num_envs": 8, "update_epochs": 10, "num_minibatches": 16,
                            "hidden_sizes": [256, 256, 256], "brax_backend": args.backend, "iterations_timed": iters,
                            "rounds": rounds},

@@ -1,6 +1,6 @@
 """Per-decision cost of every tuner: one compiled ask + tell, after warm-up.
 
-    python -m experiments.bench_tuners [--quick] [--out FILE]
+    python -m experiments.bench_tuners [--quick] [--host-only] [--out FILE]
 
 For the GP methods (gp_ucb, pb2) the ring buffer has N = 50, 200, 1000 rows and is
 pre-filled to N valid observations (their cost depends on N, O(N^3)); the other methods
@@ -11,6 +11,12 @@ os.replace). With the `compare` extra (ray[tune], scikit-learn) installed it als
 decision of Ray Tune's PB2 selection (`_select_config`, one trial, 4 hyperparameters)
 at N = 50 and 200 and prints its ratio to hcjax pb2; otherwise it says that the
 comparison is skipped.
+
+HostTuner section: median seconds of one `ask()` + `tell(x)` of `hcjax.HostTuner` (the
+plain-Python API: values back to the host as a dict, the objective sent as a float)
+for hypercontroller, fixed and gp_ucb with a buffer of 50 (filled during warm-up), one
+call at a time after warm-up; a second table, and `host_rows` in the JSON. Target on
+the CPU: hypercontroller <= 0.5 ms.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hcjax
-from experiments.results import device_info
+from experiments import deps
 from experiments.timing import print_table, write_json_atomic
 
 GP_METHODS = ("gp_ucb", "pb2")
@@ -113,6 +119,33 @@ def time_ray_pb2(n: int, repeats: int) -> dict | None:
 
 
 COLUMNS = ["method", "N", "agents", "ms_per_decision", "x_hypercontroller", "compile_s"]
+HOST_METHODS = (("hypercontroller", {}), ("fixed", {}), ("gp_ucb", {"buffer": 50}))
+HOST_COLUMNS = ["method", "N", "host_ms_median", "host_ms_p10", "host_ms_p90", "calls"]
+
+
+def time_host(name: str, opts: dict, calls: int, warmup: int = 100) -> dict:
+    """Seconds of one HostTuner ask() + tell(x) (Python dict out, Python float in), timed
+    call by call after `warmup` calls (which also fill a GP buffer of <= warmup rows)."""
+    tuner = hcjax.HostTuner(name, hcjax.ppo_space(), seed=0, **opts)
+    rng = np.random.default_rng(0)
+    objectives = rng.normal(size=warmup + calls).tolist()
+    times = []
+    for i, x in enumerate(objectives):
+        t0 = time.perf_counter()
+        values = tuner.ask()
+        tuner.tell(x)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    assert all(np.isfinite(v) for v in values.values())
+    q10, q90 = np.quantile(times, [0.1, 0.9])
+    return {"method": name, "N": opts.get("buffer"), "median_s": statistics.median(times), "p10_s": float(q10),
+            "p90_s": float(q90), "calls": calls}
+
+
+def host_table(rows: list[dict]) -> list[dict]:
+    """Rows of the HostTuner table, in milliseconds."""
+    return [dict(r, host_ms_median=r["median_s"] * 1e3, host_ms_p10=r["p10_s"] * 1e3, host_ms_p90=r["p90_s"] * 1e3)
+            for r in rows]
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
@@ -125,12 +158,9 @@ def with_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats, N = 1000 only for one agent")
-    parser.add_argument("--out", default="bench_out/tuners.json")
-    args = parser.parse_args(argv)
-    repeats = 3 if args.quick else 10
+def time_pure(quick: bool) -> tuple[list[dict], list[dict]]:
+    """The compiled ask + tell table (every method, 1 and 64 agents) and Ray Tune's rows."""
+    repeats = 3 if quick else 10
     rows = []
     for agents in (1, 64):
         for name in OTHER_METHODS:
@@ -138,7 +168,7 @@ def main(argv=None):
             print(f"{name} agents={agents}: {rows[-1]['median_s'] * 1e3:.3f} ms", flush=True)
         for name in GP_METHODS:
             for n in (50, 200, 1000):
-                if args.quick and agents > 1 and n == 1000:
+                if quick and agents > 1 and n == 1000:
                     continue
                 reps = max(2, repeats // (4 if agents > 1 and n == 1000 else 1))
                 rows.append(time_method(name, n, agents, reps))
@@ -157,8 +187,24 @@ def main(argv=None):
               if r["method"] in GP_METHODS and r["N"] == 1000 and r["agents"] == 1}
     for name, ms in target.items():
         print(f"target {name} N=1000, 1 agent <= 50 ms: {ms:.1f} ms ({'met' if ms <= 50 else 'NOT met'})")
-    payload = {"benchmark": "tuners", "device": device_info(), "quick": args.quick, "rows": rows,
-               "ray_compared": bool(ray_rows), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return rows, ray_rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, N = 1000 only for one agent")
+    parser.add_argument("--host-only", action="store_true", help="only the HostTuner table")
+    parser.add_argument("--out", default="bench_out/tuners.json")
+    args = parser.parse_args(argv)
+    rows, ray_rows = ([], []) if args.host_only else time_pure(args.quick)
+    host_rows = host_table([time_host(name, opts, 300 if args.quick else 2000) for name, opts in HOST_METHODS])
+    print("\nHostTuner: one ask() + tell(x) from Python, one agent, milliseconds")
+    print_table(host_rows, HOST_COLUMNS)
+    hc_host = next(r["host_ms_median"] for r in host_rows if r["method"] == "hypercontroller")
+    print(f"target HostTuner hypercontroller <= 0.5 ms: {hc_host:.3f} ms ({'met' if hc_host <= 0.5 else 'NOT met'})")
+    payload = {"benchmark": "tuners", "device": deps.devices(), "quick": args.quick, "rows": rows,
+               "host_rows": host_rows, "ray_compared": bool(ray_rows),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_json_atomic(args.out, payload)
     print(f"wrote {args.out}")
     return payload

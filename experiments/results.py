@@ -456,6 +456,3 @@ def config_key(config: dict) -> str:
 
     blob = json.dumps(config, sort_keys=True, default=_jsonable).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-device_info = deps.devices  # TEMPORARY alias while bench_tuners.py is being edited; remove
