@@ -116,7 +116,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-limit-gib", type=float, default=8.0,
                      help="refuse a unit estimated to need more memory than this (GiB, default 8)")
     run.add_argument("--distributed", action="store_true",
-                     help="call jax.distributed.initialize() first (multi-host: one process per host)")
+                     help="one process of a multi-process run: jax.distributed.initialize() first, with the "
+                          "three options below or, without them, the cluster's environment (e.g. SLURM)")
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="--distributed: process 0's address")
+    run.add_argument("--num-processes", type=int, help="--distributed: the number of processes")
+    run.add_argument("--process-id", type=int, help="--distributed: this process's id (0 writes the results)")
 
     plot = sub.add_parser("plot", help="write the figures and tables of a study directory")
     plot.add_argument("dir")
@@ -190,6 +194,24 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def start_distributed(args) -> None:
+    """jax.distributed.initialize with the given coordinator, process count and id (all
+    three, or none: then from the cluster's environment). On the CPU, collectives go
+    through gloo (set before the backend starts)."""
+    import jax
+
+    given = [args.coordinator, args.num_processes, args.process_id]
+    if any(v is not None for v in given) and not all(v is not None for v in given):
+        raise UsageError("--distributed takes --coordinator, --num-processes and --process-id together, or none")
+    if args.num_processes is not None and not (args.num_processes >= 1 and 0 <= args.process_id < args.num_processes):
+        raise UsageError(f"--process-id must be in [0, --num-processes), got {args.process_id} of {args.num_processes}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if args.coordinator is None:
+        jax.distributed.initialize()
+    else:
+        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
+
+
 def _in_config(args, error: ValueError) -> str:
     """The message of a configuration error, naming the study file it came from."""
     text = str(error)
@@ -202,6 +224,10 @@ def cmd_run(args) -> int:
     from experiments import results as R
 
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
+    if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
+        start_distributed(args)
+    elif args.coordinator or args.num_processes is not None or args.process_id is not None:
+        raise UsageError("--coordinator, --num-processes and --process-id need --distributed")
     try:
         if args.config:
             from experiments import studyfile
@@ -216,10 +242,6 @@ def cmd_run(args) -> int:
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
     store = R.StudyDir(args.out or Path("results") / plan.preset.name)
-    if args.distributed:
-        import jax
-
-        jax.distributed.initialize()  # coordinator, process count and id from the environment
     import jax
 
     from experiments import runner
