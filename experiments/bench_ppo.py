@@ -5,9 +5,11 @@
 Brax halfcheetah (spring backend) at the paper's settings: 1000 frames per iteration
 (8 envs x 125 steps; max_batch_size 1000, so every method collects and trains on
 exactly 1000 frames and the comparison isolates the tuner's cost), 10 epochs of 16
-minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all tuners
-(`fixed`, `hypercontroller`, `gp_ucb`) are compiled first (warm-up call), then timed in
-interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
+minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all tuner
+variants (TUNERS: fixed, hypercontroller, gp_ucb, pb2 asking only when deciding, and
+gp_ucb and pb2 with the earlier loop that computed every iteration's ask: the
+before/after of that change in one run) are compiled first (warm-up call), then timed
+in interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
 for 1, 16, 64, 256, 1024 (quick: 1, 32, 1024) vmapped agents with `hypercontroller`, until the device runs
 out of memory or an iteration would take longer than `--scaling-budget` seconds (on a
 2-core CPU that is after 16 agents, quick: 4; on an H200 all counts ran). Also the gymnasium host
@@ -19,24 +21,19 @@ from __future__ import annotations
 import argparse
 import time
 
-from experiments.xla_flags import use_single_threaded_eigen
-
-# Defensive on small CPU hosts: XLA's CPU runtime has been seen to wedge (all threads
-# idle) on vmapped programs; single-threaded Eigen and synchronous dispatch are the known
-# workarounds (the wedge we hit, a batched LAPACK QR in vmapped orthogonal init, is fixed
-# in agents.networks). The flag only acts if JAX has not initialised its backend yet.
-use_single_threaded_eigen()
-
-import jax  # noqa: E402
+import jax
 import numpy as np
 
-import hcjax  # noqa: E402
+import hcjax
 from agents import driver, envs
 from agents.ppo import PPOConfig, make_learner
 from experiments import deps
 from experiments.timing import print_table, write_json_atomic
 
-TUNERS = ("fixed", "hypercontroller", "gp_ucb")
+# Tuners in the loop; "NAME@every_iteration" is NAME with the earlier loop that computed
+# the ask every iteration and kept it every tune_every-th (make_learner's ask= option):
+# the before/after comparison of asking only when deciding, measured in the same run.
+TUNERS = ("fixed", "hypercontroller", "gp_ucb", "pb2", "gp_ucb@every_iteration", "pb2@every_iteration")
 SCALING = (1, 16, 64, 256, 1024)  # agents per program, hypercontroller in the loop
 QUICK_SCALING = (1, 32, 1024)
 
@@ -47,34 +44,45 @@ def paper_config(num_iterations: int = 1000) -> PPOConfig:
                      num_minibatches=16, update_epochs=10, hidden_sizes=(256, 256, 256))
 
 
-def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]:
-    """Rows for `n` vmapped agents: frames/s of `iters` jitted iterations per tuner.
+def variant(spec: str) -> tuple[str, str]:
+    """"NAME" or "NAME@ASK" -> (tuner name, ask mode of make_learner)."""
+    name, _, ask = spec.partition("@")
+    return name, ask or "when_deciding"
 
-    Every tuner's program is compiled first (warm-up call, `compile_s`), then all are
-    timed in interleaved rounds, so drifts of the machine hit every tuner alike; the
-    best round counts."""
+
+def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]:
+    """Rows for `n` vmapped agents: frames/s of `iters` jitted iterations per tuner
+    variant (see TUNERS).
+
+    Every variant's program is compiled first (warm-up call, `compile_s`), then all are
+    timed in interleaved rounds, so drifts of the machine hit every variant alike; the
+    best round counts. The first iteration's number is passed unbatched, as the runner
+    does, so the tuner asks only on deciding iterations (unless NAME@every_iteration)."""
     space = hcjax.ppo_space()
     programs = {}
-    for name in tuners:
-        learner = make_learner(cfg, env, hcjax.make_tuner(name, space))
+    for spec in tuners:
+        name, ask = variant(spec)
+        learner = make_learner(cfg, env, hcjax.make_tuner(name, space), ask=ask)
         keys = jax.random.split(jax.random.PRNGKey(0), n)
         states = jax.jit(jax.vmap(learner.init))(keys)
-        program = jax.jit(jax.vmap(lambda s, lr=learner: lr.iterate(s, iters)))
+        program = jax.jit(jax.vmap(lambda s, start, lr=learner: lr.iterate(s, iters, start), in_axes=(0, None)))
         t0 = time.perf_counter()
-        states, metrics = program(states)
+        states, metrics = program(states, 0)
         jax.block_until_ready(metrics)
         compile_s = time.perf_counter() - t0
-        print(f"agents={n} {name}: compiled + first run {compile_s:.1f} s", flush=True)
-        programs[name] = dict(program=program, states=states, best=np.inf, frames=0, compile_s=compile_s)
+        print(f"agents={n} {spec}: compiled + first run {compile_s:.1f} s", flush=True)
+        programs[spec] = dict(program=program, states=states, best=np.inf, frames=0, compile_s=compile_s, done=iters)
     for _ in range(rounds):
         for p in programs.values():
             t0 = time.perf_counter()
-            p["states"], metrics = p["program"](p["states"])
+            p["states"], metrics = p["program"](p["states"], p["done"])
+            p["done"] += iters
             jax.block_until_ready(metrics)
             p["best"] = min(p["best"], time.perf_counter() - t0)
             p["frames"] = int(np.asarray(metrics["frames"]).sum())
             p["rejected"] = int(np.asarray(metrics["rejected"]).sum())
-    rows = [{"env": env.name, "agents": n, "tuner": name, "iterations": iters, "frames": p["frames"],
+    rows = [{"env": env.name, "agents": n, "tuner": variant(name)[0], "ask": variant(name)[1], "iterations": iters,
+             "frames": p["frames"],
              "seconds": p["best"], "fps": p["frames"] / p["best"], "fps_per_agent": p["frames"] / p["best"] / n,
              "compile_s": p["compile_s"], "rejected": p["rejected"]} for name, p in programs.items()]
     fixed = next((r["fps"] for r in rows if r["tuner"] == "fixed"), None)
@@ -87,9 +95,12 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
 
 def bench_jax(env, agent_counts, iters: int, rounds: int, tuners=TUNERS) -> list[dict]:
     """One row per (agents, tuner) at the paper's settings (see `_time_count`)."""
-    missing = [t for t in tuners if t not in hcjax.available()]
-    if missing:
-        raise ValueError(f"tuners {missing} are not registered; allowed: {', '.join(hcjax.available())}")
+    from agents.ppo import ASK_MODES
+
+    bad = [t for t in tuners if variant(t)[0] not in hcjax.available() or variant(t)[1] not in ASK_MODES]
+    if bad:
+        raise ValueError(f"--tuners {bad}: each must be NAME or NAME@ASK with NAME in {', '.join(hcjax.available())} "
+                         f"and ASK in {', '.join(ASK_MODES)}")
     cfg = paper_config()
     return [row for n in agent_counts for row in _time_count(env, cfg, n, tuners, iters, rounds)]
 
@@ -106,7 +117,7 @@ def bench_scaling(env, counts, budget_s: float, measured=()) -> tuple[list[dict]
     (last time x count ratio, compilation excluded) exceeds `budget_s`, or when the device
     runs out of memory; returns (rows, why it stopped)."""
     cfg = paper_config()
-    known = {r["agents"]: r for r in measured if r["tuner"] == "hypercontroller"}
+    known = {r["agents"]: r for r in measured if r["tuner"] == "hypercontroller" and r.get("ask") == "when_deciding"}
     rows, last, stop = [], None, f"all counts up to {max(counts)} ran"
     for n in sorted(set(counts) | set(known)):
         if last is not None and last["seconds_per_iteration"] * n / last["agents"] > budget_s:
@@ -157,16 +168,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--scaling-budget", type=float, default=None,
                         help="seconds one scaling iteration may take (default 60; quick 30)")
     args = parser.parse_args(argv)
-    if jax.default_backend() == "cpu":
-        jax.config.update("jax_cpu_enable_async_dispatch", False)
     agent_counts = tuple(args.agents) if args.agents else ((1, 4) if args.quick else (1, 4, 16))
     iters, rounds, host_iters = (2, 2, 3) if args.quick else (5, 3, 6)
     t0 = time.perf_counter()
     env = envs.make("halfcheetah", backend=args.backend)
     rows = bench_jax(env, agent_counts, iters, rounds, tuple(args.tuners))
-    columns = ["env", "agents", "tuner", "frames", "seconds", "fps", "fps_per_agent", "ratio_vs_fixed", "compile_s"]
+    columns = ["env", "agents", "tuner", "ask", "frames", "seconds", "fps", "fps_per_agent", "ratio_vs_fixed",
+               "compile_s"]
     print_table(rows, columns)
-    ratios = {r["agents"]: r["ratio_vs_fixed"] for r in rows if r["tuner"] == "hypercontroller" and "ratio_vs_fixed" in r}
+    ratios = {r["agents"]: r["ratio_vs_fixed"] for r in rows
+              if r["tuner"] == "hypercontroller" and r["ask"] == "when_deciding" and "ratio_vs_fixed" in r}
     for n, ratio in ratios.items():
         print(f"agents={n}: hypercontroller/fixed frames/s = {ratio:.3f} (target >= 0.98: "
               f"{'met' if ratio >= 0.98 else 'NOT met'})")

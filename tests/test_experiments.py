@@ -43,7 +43,7 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(preset="nope"), ["preset", "smoke", "cpu", "paper"]),
-    (dict(envs=["MountainCar-v0"]), ["env", "MountainCar-v0", "HalfCheetah-v4", "CartPole-v1"]),
+    (dict(envs=["MountainCar-v9"]), ["environment", "MountainCar-v9", "gymnax/MountainCar-v0"]),
     (dict(methods=["hypercontroller", "bayesopt"]), ["method", "bayesopt", "gp_ucb", "pb2", "hyperband"]),
     (dict(seeds=0), ["seeds", ">= 1"]),
     (dict(seeds=-3), ["seeds", ">= 1"]),
@@ -60,7 +60,7 @@ def test_bad_configuration_raises_value_error_naming_field(kwargs, words):
 
 @pytest.mark.parametrize("argv, words", [
     (["run", "--preset", "huge"], ["preset", "smoke, cpu, paper"]),
-    (["run", "--envs", "Atari"], ["env", "Atari", "BipedalWalker-v3"]),
+    (["run", "--envs", "BipedalWalker-v9"], ["environment", "BipedalWalker-v9", "gymnasium/BipedalWalker-v3"]),
     (["run", "--methods", "hc"], ["method", "hypercontroller"]),
     (["run", "--seeds", "0"], ["seeds", ">= 1"]),
 ])
@@ -79,7 +79,8 @@ def test_presets_are_sized_as_documented():
     assert len(smoke.envs) == 1 and smoke.envs[0].path in ("gymnax", "brax")
     assert len(smoke.preset.methods) == 3 and "hypercontroller" in smoke.preset.methods
     assert smoke.preset.seeds == 2 and smoke.preset.iterations <= 50
-    assert max(smoke.preset.ppo["hidden_sizes"]) <= 64 and smoke.preset.batch_size[1] <= 1024
+    batch = {h["name"]: h for h in smoke.preset.space}["batch_size"]
+    assert max(smoke.preset.ppo["hidden_sizes"]) <= 64 and batch["high"] <= 1024
     assert smoke.preset.iterations % smoke.preset.eval_every == 0  # one compiled segment length
 
     cpu = presets.resolve("cpu")
@@ -91,7 +92,9 @@ def test_presets_are_sized_as_documented():
 
     paper = presets.resolve("paper")
     p = paper.preset
-    assert (p.seeds, p.iterations, p.batch_size, p.eval_every, p.tune_every) == (10, 1000, (1000, 6000), 10, 5)
+    batch = {h["name"]: h for h in p.space}["batch_size"]
+    assert (p.seeds, p.iterations, p.eval_every, p.tune_every) == (10, 1000, 10, 5)
+    assert (batch["low"], batch["high"]) == (1000, 6000) and p.space == presets.paper_space()
     assert p.ppo["hidden_sizes"] == (256, 256, 256) and p.ppo["update_epochs"] == 10
     assert set(p.methods) == set(presets.METHODS)
     assert all(e.path == "gymnasium" for e in paper.envs)
