@@ -190,7 +190,8 @@ class LearnerState:
 class Learner(NamedTuple):
     """Pure functions of one agent (jit- and vmap-able).
 
-    init(key) -> LearnerState; iterate(state, num_iterations, start=None) -> (state,
+    init(key, tuner_state=None) -> LearnerState (tuner_key(key): the key init gives the
+    tuner); iterate(state, num_iterations, start=None) -> (state,
     metrics with leading axis num_iterations); evaluate(state, key) -> scalar return
     (JAX envs only).
     Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
@@ -211,6 +212,7 @@ class Learner(NamedTuple):
     learn: Callable
     n_steps: Callable
     mode: Callable
+    tuner_key: Callable
 
 
 # ---- pure building blocks (tested directly) ---------------------------------------------
@@ -359,11 +361,18 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
         return action if discrete else nets.clip_action(action, low, high)
 
     # -- init --
-    def init(key) -> LearnerState:
+    def tuner_key(key):
+        """The key `init(key)` initialises the tuner with."""
+        return jax.random.split(key, 6)[2]
+
+    def init(key, tuner_state=None) -> LearnerState:
+        """A fresh agent; tuner_state: the tuner's initial state (default
+        tuner.init(tuner_key(key)), e.g. a stacked tuner's state with its method chosen)."""
         k_actor, k_critic, k_tuner, k_ask, k_env, k_next = jax.random.split(key, 6)
         dummy = jnp.zeros((env.obs_size,), jnp.float32)
         params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
-        tuner_state = tuner.init(k_tuner)
+        if tuner_state is None:
+            tuner_state = tuner.init(k_tuner)
         tuner_state, values = tuner.ask(tuner_state, k_ask)
         values = jnp.asarray(values, jnp.float32)
         opt_state = set_opt_hparams(opt.init(params), values)
@@ -563,7 +572,7 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
 
     return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, init=init, iterate=iterate,
                    evaluate=evaluate, act=act, value=value, learn=learn,
-                   n_steps=lambda state: n_steps_of(state.hparams), mode=mode)
+                   n_steps=lambda state: n_steps_of(state.hparams), mode=mode, tuner_key=tuner_key)
 
 
 def make_train(config: PPOConfig, env, tuner) -> Callable:

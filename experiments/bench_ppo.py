@@ -117,7 +117,8 @@ def bench_scaling(env, counts, budget_s: float, measured=()) -> tuple[list[dict]
     (last time x count ratio, compilation excluded) exceeds `budget_s`, or when the device
     runs out of memory; returns (rows, why it stopped)."""
     cfg = paper_config()
-    known = {r["agents"]: r for r in measured if r["tuner"] == "hypercontroller" and r.get("ask") == "when_deciding"}
+    known = {r["agents"]: r for r in measured
+             if r["tuner"] == "hypercontroller" and r.get("ask", "when_deciding") == "when_deciding"}
     rows, last, stop = [], None, f"all counts up to {max(counts)} ran"
     for n in sorted(set(counts) | set(known)):
         if last is not None and last["seconds_per_iteration"] * n / last["agents"] > budget_s:

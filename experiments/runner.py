@@ -52,10 +52,10 @@ def tuner_options(plan: Plan, method: str) -> dict[str, Any]:
     return opts
 
 
-def ppo_options(plan: Plan) -> dict[str, Any]:
-    """PPOConfig fields of this study."""
+def ppo_options(plan: Plan, env: EnvChoice | None = None) -> dict[str, Any]:
+    """PPOConfig fields of this study (on `env`: with its own overrides)."""
     p = plan.preset
-    return dict(p.ppo, num_iterations=p.iterations, tune_every=p.tune_every)
+    return dict(p.ppo, **(env.ppo if env is not None else {}), num_iterations=p.iterations, tune_every=p.tune_every)
 
 
 def unit_config(plan: Plan, env: EnvChoice, method: str) -> dict[str, Any]:
@@ -80,15 +80,20 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
     from experiments.presets import METHODS
     from hcjax import make_tuner
 
-    ppo = ppo_options(plan)
     fields = {f.name for f in dataclasses.fields(PPOConfig)}
-    unknown = sorted(set(ppo) - fields)
-    if unknown:
-        raise ValueError(f"study {plan.preset.name!r}: unknown PPOConfig field(s) {unknown}; "
-                         f"allowed: {', '.join(sorted(fields))}")
-    config = PPOConfig(**ppo)
+    configs = {}
+    for env in (None,) + plan.envs:
+        ppo = ppo_options(plan, env)
+        unknown = sorted(set(ppo) - fields)
+        where = f"study {plan.preset.name!r}" + ("" if env is None else f", env_ppo of {env.label}")
+        if unknown:
+            raise ValueError(f"{where}: unknown PPOConfig field(s) {unknown}; allowed: {', '.join(sorted(fields))}")
+        try:
+            configs[None if env is None else env.label] = PPOConfig(**ppo)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     space = plan.space
-    check_space(space, config)
+    check_space(space, configs[None])
     unknown = sorted(set(plan.preset.tuner) - set(METHODS))
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
@@ -96,14 +101,15 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
     tuners = {m: make_tuner(m, space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, m))
               for m in dict.fromkeys(list(plan.preset.methods) + list(plan.preset.tuner))}
     estimates = {}
-    for env in plan.envs:
-        base = agent_bytes(config, env, space)
-        for method in plan.preset.methods:
-            total = plan.preset.seeds * (base + tuners[method].memory_bytes)
+    for env, methods in unit_groups(plan):
+        base = agent_bytes(configs[env.label], env, space)
+        tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
+        for method in methods:
+            total = len(methods) * plan.preset.seeds * (base + tuner_bytes)
             if total > memory_limit_gib * 2**30:
                 raise ValueError(
-                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({plan.preset.seeds} seeds x "
-                    f"{(base + tuners[method].memory_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
+                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({len(methods) * plan.preset.seeds} "
+                    f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
                     f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
                     f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
                     f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
@@ -140,7 +146,7 @@ def build(plan: Plan, env: EnvChoice, method: str, memory_limit_gib: float = DEF
 
     environment = envs.make(env.make)
     tuner = make_tuner(method, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
-    return make_learner(PPOConfig(**ppo_options(plan)), environment, tuner), environment, tuner
+    return make_learner(PPOConfig(**ppo_options(plan, env)), environment, tuner), environment, tuner
 
 
 # ---- devices -----------------------------------------------------------------------------
@@ -293,7 +299,7 @@ class Checkpoint:
 
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
-                 checkpoint: Checkpoint | None = None) -> dict[str, np.ndarray]:
+                 checkpoint: Checkpoint | None = None, which: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Train len(seed_ids) agents as one vmapped program sharded over every device,
     in segments of `eval_every` iterations with an evaluation after each.
 
@@ -302,7 +308,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     compile the training segments with XLA's backend optimisation off (much shorter
     compilation, slower steps: for tiny runs). checkpoint: saved after every segment and
     resumed from when present, so a killed unit continues from its last segment with
-    bit-identical results.
+    bit-identical results. which: (n,) int32 method of every agent when the learner's
+    tuner is stacked (hcjax.tuners.stacked), None otherwise.
     """
     import jax
     import jax.numpy as jnp
@@ -313,8 +320,19 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     scalar = NamedSharding(mesh, P())
     keys = seed_keys(seed_ids, agents)
 
-    init = jax.jit(jax.vmap(lambda k: learner.init(jax.random.fold_in(k, 0))), in_shardings=agents,
-                   out_shardings=agents)
+    if which is None:
+        init = jax.jit(jax.vmap(lambda k: learner.init(jax.random.fold_in(k, 0))), in_shardings=agents,
+                       out_shardings=agents)
+        init_args = (keys,)
+    else:
+        from hcjax.tuners.stacked import select
+
+        def init_one(k, w):
+            k = jax.random.fold_in(k, 0)
+            return learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
+
+        init = jax.jit(jax.vmap(init_one), in_shardings=(agents, agents), out_shardings=agents)
+        init_args = (keys, jax.make_array_from_callback(which.shape, agents, lambda index: np.asarray(which)[index]))
 
     def evaluate(state, k, it):
         return learner.evaluate(state, jax.random.fold_in(jax.random.fold_in(k, 1), it))
@@ -324,13 +342,13 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     programs = {}
 
     t0 = time.perf_counter()
-    resumed = checkpoint.load(jax.eval_shape(init, keys)) if checkpoint is not None else None
+    like = jax.eval_shape(init, *init_args)
+    resumed = checkpoint.load(like) if checkpoint is not None else None
     if resumed is None:
-        state = compiled(init, keys, fast=True)(keys)  # runs once: optimising it is not worth its compile time
+        state = compiled(init, *init_args, fast=True)(*init_args)  # runs once: optimising it is not worth its compile time
         record = Record()
     else:
         leaves, record = resumed
-        like = jax.eval_shape(init, keys)
         state = jax.tree.unflatten(jax.tree.structure(like), [
             jax.make_array_from_callback(leaf.shape, agents, lambda index, leaf=leaf: leaf[index]) for leaf in leaves])
         on_segment(record.done)
@@ -448,50 +466,73 @@ def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int
     return times
 
 
-def run_unit(plan: Plan, env: EnvChoice, method: str, key: str,
-             on_segment: Callable[[int], None] = lambda k: None,
-             memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None
-             ) -> R.UnitResult:
-    """Train every seed of one (env, method) unit (resuming from `checkpoint` when it
-    holds one) and measure its tuning time."""
+def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, str],
+              on_segment: Callable[[int], None] = lambda k: None,
+              memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None
+              ) -> list[R.UnitResult]:
+    """Train every seed of the units (env, method) of `methods` (resuming from
+    `checkpoint` when it holds one) and measure each tuner's tuning time.
+
+    One method: its seeds are one vmapped program. Several methods (the study's
+    `fuse_methods`, JAX envs only): all of them in ONE program, compiled once, with a
+    stacked tuner (hcjax.tuners.stacked) whose method is chosen per agent: agent
+    m * seeds + i runs method m with seed i, and gets the numbers it would get alone.
+    keys: method -> the unit's config key."""
     import jax
+
+    from agents import envs
+    from agents.ppo import PPOConfig, make_learner
+    from hcjax import make_tuner
+    from hcjax.tuners.stacked import stack
 
     p = plan.preset
     t0 = time.perf_counter()
-    learner, environment, tuner = build(plan, env, method, memory_limit_gib)
-    seeds = np.arange(p.seeds)
+    environment = envs.make(env.make)
+    tuners = [make_tuner(m, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, m)) for m in methods]
+    tuner = tuners[0] if len(methods) == 1 else stack(tuners)
+    learner = make_learner(PPOConfig(**ppo_options(plan, env)), environment, tuner)
+    S, M = p.seeds, len(methods)
+    seeds = np.arange(S)
     if environment.host:
-        ids = seeds
+        if M > 1:
+            raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
+        ids, n_dev = seeds, 1
         out = run_host_unit(learner, tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint)
-        n_dev = 1
     else:
         n_dev = len(jax.devices())
-        n = padded_count(p.seeds, n_dev)
-        ids = np.concatenate([seeds, p.seeds + np.arange(n - p.seeds)])
+        n = padded_count(M * S, n_dev)
+        ids = np.concatenate([np.tile(seeds, M), S + np.arange(n - M * S)])
+        which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
-                           checkpoint=checkpoint)
-    tuner_time = measure_tuner_time(tuner, np.asarray(out["objective"], np.float32), p.tune_every)
-    S = p.seeds
+                           checkpoint=checkpoint, which=which if M > 1 else None)
+    train_seconds = float(out["train_seconds"])
+    results = []
+    for m, (method, sub) in enumerate(zip(methods, tuners)):
+        rows = slice(m * S, (m + 1) * S)
 
-    def cut(name, dtype):
-        return np.asarray(out[name][:S], dtype)
+        def cut(name, dtype):
+            return np.asarray(out[name][rows], dtype)
 
-    meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=key,
-                config=unit_config(plan, env, method), hparam_names=list(tuner.space.names),
-                n_agents=int(len(ids)), n_devices=int(n_dev), devices=[str(d) for d in jax.devices()],
-                train_seconds=float(out["train_seconds"]), unit_seconds=float(time.perf_counter() - t0),
-                tuner_seconds=float(tuner_time.sum()),
-                tuning_time="host CPU replay of tell(+ask) for all agents with the run's objectives; "
-                            "seconds per iteration, compilation excluded")
-    if "segment_seconds" in out:
-        meta["segment_seconds"] = [float(s) for s in out["segment_seconds"]]
-    return R.UnitResult(
-        seeds=seeds.astype(np.int32),
-        train_reward=cut("train_reward", np.float32), objective=cut("objective", np.float32),
-        hparams=cut("hparams", np.float32), frames=cut("frames", np.int64), rejected=cut("rejected", np.int32),
-        episode_return=cut("episode_return", np.float32),
-        eval_iteration=np.asarray(out["eval_iteration"], np.int32), eval_reward=cut("eval_reward", np.float32),
-        tuner_time=tuner_time.astype(np.float64), meta=meta)
+        tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every)
+        meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
+                    config=unit_config(plan, env, method), hparam_names=list(sub.space.names),
+                    n_agents=int(len(ids)), n_devices=int(n_dev), devices=[str(d) for d in jax.devices()],
+                    train_seconds=train_seconds, unit_seconds=float(time.perf_counter() - t0),
+                    tuner_seconds=float(tuner_time.sum()),
+                    tuning_time="host CPU replay of tell(+ask) for all agents with the run's objectives; "
+                                "seconds per iteration, compilation excluded")
+        if M > 1:
+            meta["fused_with"] = list(methods)
+        if "segment_seconds" in out:
+            meta["segment_seconds"] = [float(x) for x in out["segment_seconds"]]
+        results.append(R.UnitResult(
+            seeds=seeds.astype(np.int32),
+            train_reward=cut("train_reward", np.float32), objective=cut("objective", np.float32),
+            hparams=cut("hparams", np.float32), frames=cut("frames", np.int64), rejected=cut("rejected", np.int32),
+            episode_return=cut("episode_return", np.float32),
+            eval_iteration=np.asarray(out["eval_iteration"], np.int32), eval_reward=cut("eval_reward", np.float32),
+            tuner_time=tuner_time.astype(np.float64), meta=meta))
+    return results
 
 
 # ---- the study ---------------------------------------------------------------------------
@@ -549,26 +590,44 @@ def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progres
     paths = []
     units = plan.units
     with Progress(len(units), "units", "unit", enabled=progress, position=0) as bar:
-        for env, method in units:
-            key = keys[(env.label, method)]
-            if store.finished(env.label, method, key, log=log):
-                log(f"skip {env.label} / {method}: already finished in {store.path}")
-                bar.update(1)
-                paths.append(store.unit_path(env.label, method))
+        for env, methods in unit_groups(plan):
+            pending = []
+            for method in methods:
+                if store.finished(env.label, method, keys[(env.label, method)], log=log):
+                    log(f"skip {env.label} / {method}: already finished in {store.path}")
+                    bar.update(1)
+                    paths.append(store.unit_path(env.label, method))
+                else:
+                    pending.append(method)
+            if not pending:
                 continue
-            checkpoint = Checkpoint(store, env.label, method, key, log, write=writer)
-            with Progress(plan.preset.iterations, f"{env.label}/{method}", enabled=progress, position=1,
+            group_key = R.config_key([keys[(env.label, m)] for m in pending])
+            checkpoint = Checkpoint(store, env.label, "+".join(pending), group_key, log, write=writer)
+            with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress, position=1,
                           leave=False) as inner:
-                result = run_unit(plan, env, method, key, on_segment=inner.update, memory_limit_gib=memory_limit_gib,
-                                  checkpoint=checkpoint)
-            result.meta["study_key"] = R.config_key(study_config(plan))
-            if writer:
-                paths.append(store.save_unit(result))
+                results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
+                                    on_segment=inner.update, memory_limit_gib=memory_limit_gib, checkpoint=checkpoint)
+            for result in results:
+                result.meta["study_key"] = R.config_key(study_config(plan))
+                if writer:
+                    paths.append(store.save_unit(result))
+                log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s "
+                    f"(tuning {result.meta['tuner_seconds']:.3g} s)")
+                bar.update(1, note=f"{env.label} / {result.meta['method']}")
             checkpoint.remove()
-            log(f"done {env.label} / {method}: {result.meta['unit_seconds']:.1f} s "
-                f"(tuning {result.meta['tuner_seconds']:.3g} s)")
-            bar.update(1, note=f"{env.label} / {method}")
     return paths
+
+
+def unit_groups(plan: Plan) -> list[tuple[EnvChoice, list[str]]]:
+    """(env, methods) run as one program each: every method alone, or, with the study's
+    fuse_methods, all methods of a JAX environment together (compiled once)."""
+    groups = []
+    for env in plan.envs:
+        if plan.preset.fuse_methods and env.path != "gymnasium":
+            groups.append((env, list(plan.preset.methods)))
+        else:
+            groups += [(env, [m]) for m in plan.preset.methods]
+    return groups
 
 
 def summary(store: R.StudyDir) -> str:

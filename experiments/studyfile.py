@@ -15,6 +15,7 @@ A study file holds the fields of `experiments.presets.Preset` (all optional exce
     eval_every = 10
     tune_every = 5
     fast_compile = false
+    fuse_methods = false               # all methods of a JAX env in one program
     reductions = ["..."]
 
     [ppo]                              # PPOConfig overrides
@@ -34,6 +35,9 @@ A study file holds the fields of `experiments.presets.Preset` (all optional exce
     [paths."HalfCheetah-v4"]           # a study name run as another environment
     make = "halfcheetah"
     why = "Brax is faster on the CPU"
+
+    [env_ppo."CartPole-v1"]            # PPOConfig overrides for one environment
+    objective = "return_change"
 
 Unknown keys raise ValueError naming them and the allowed keys; every value is then
 validated by `presets.resolve` like a shipped preset's. `dumps(preset)` writes the
@@ -85,7 +89,9 @@ def loads(text: str, default_name: str = "study") -> Preset:
         elif key == "space":
             fields[key] = tuple(_hyperparameter(i, entry) for i, entry in enumerate(_list(key, value)))
         elif key == "ppo":
-            fields[key] = {k: tuple(v) if isinstance(v, list) else v for k, v in _table(key, value).items()}
+            fields[key] = _ppo(key, value)
+        elif key == "env_ppo":
+            fields[key] = {label: _ppo(f"env_ppo.{label}", entry) for label, entry in _table(key, value).items()}
         elif key == "tuner":
             fields[key] = {m: dict(_table(f"tuner.{m}", opts)) for m, opts in _table(key, value).items()}
         elif key == "paths":
@@ -114,6 +120,10 @@ def _table(field, value) -> dict:
     return value
 
 
+def _ppo(field, value) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in _table(field, value).items()}
+
+
 def _hyperparameter(i: int, entry) -> dict:
     entry = _table(f"space[{i}]", entry)
     unknown = sorted(set(entry) - set(HYPERPARAMETER_KEYS))
@@ -139,7 +149,8 @@ def dumps(preset: Preset) -> str:
     """The study file of `preset` (loads(dumps(p)) == p)."""
     lines = []
     scalars = {f: getattr(preset, f) for f in ("name", "description", "envs", "methods", "seeds", "iterations",
-                                                "eval_every", "tune_every", "fast_compile", "reductions")}
+                                                "eval_every", "tune_every", "fast_compile", "fuse_methods",
+                                                "reductions")}
     for key, value in scalars.items():
         lines.append(f"{key} = {_value(value)}")
     if preset.ppo:
@@ -150,6 +161,8 @@ def dumps(preset: Preset) -> str:
         lines += ["", f"[tuner.{method}]"] + [f"{k} = {_value(v)}" for k, v in opts.items()]
     for label, (make, why) in preset.paths.items():
         lines += ["", f"[paths.{_key(label)}]", f"make = {_value(make)}", f"why = {_value(why)}"]
+    for label, ppo in preset.env_ppo.items():
+        lines += ["", f"[env_ppo.{_key(label)}]"] + [f"{k} = {_value(v)}" for k, v in ppo.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,6 @@
-"""agents.envs: names from every registry, env objects, spaces, backend checks; Brax,
-gymnasium host and custom-env PPO smoke runs with HyperController."""
+"""agents.envs: names from every registry, env objects, spaces, backend checks; Brax and
+gymnasium host PPO smoke runs with HyperController (the README trains a custom env:
+tests/test_readme.py)."""
 import subprocess
 import sys
 
@@ -8,11 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
 from gymnax.environments import environment, spaces
 
 import hcjax
-from agents import driver, envs, networks as nets, ppo
+from agents import driver, envs, networks as nets
 from agents.ppo import METRIC_KEYS, PPOConfig
 
 # ---- names --------------------------------------------------------------------------------
@@ -322,58 +322,6 @@ def test_jax_env_fields_are_validated():
 
 
 # ---- training smoke runs --------------------------------------------------------------------
-
-
-@struct.dataclass
-class PointState(environment.EnvState):
-    x: jax.Array
-    target: jax.Array
-
-
-@struct.dataclass
-class PointParams(environment.EnvParams):
-    max_steps_in_episode: int = 20
-
-
-class PointToTarget(environment.Environment):
-    """The README's example: a point on a line moves by its action towards a target."""
-
-    @property
-    def default_params(self):
-        return PointParams()
-
-    def reset_env(self, key, params):
-        x, target = jax.random.uniform(key, (2,), minval=-5.0, maxval=5.0)
-        state = PointState(time=0, x=x, target=target)
-        return self.get_obs(state), state
-
-    def step_env(self, key, state, action, params):
-        x = state.x + jnp.clip(action[0], -1.0, 1.0)
-        state = PointState(time=state.time + 1, x=x, target=state.target)
-        return self.get_obs(state), state, -jnp.abs(state.target - x), jnp.array(False), {}
-
-    def get_obs(self, state, params=None, key=None):
-        return jnp.stack([state.x, state.target - state.x])
-
-    def action_space(self, params):
-        return spaces.Box(-1.0, 1.0, (1,))
-
-    def observation_space(self, params):
-        return spaces.Box(-jnp.inf, jnp.inf, (2,))
-
-
-def test_custom_gymnax_env_trains_with_ppo():
-    env = envs.make(PointToTarget())
-    assert (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps) == \
-        ("gymnax", "PointToTarget", 2, 1, 20)
-    tuner = hcjax.make_tuner("hypercontroller", hcjax.ppo_space(batch_size=(64, 256)))
-    cfg = PPOConfig(num_iterations=4, num_envs=8, hidden_sizes=(16,), update_epochs=1, num_minibatches=2,
-                    batch_size=256)
-    _, metrics = jax.jit(ppo.make_train(cfg, env, tuner))(jax.random.PRNGKey(0))
-    assert metrics["frames"].shape == (4,) and np.all(np.asarray(metrics["frames"]) >= 64)
-    assert np.all(np.isfinite(metrics["train_reward"])) and np.all(np.asarray(metrics["train_reward"]) < 0)
-    # 4 iterations of >= 64 frames over 8 envs: at least 32 steps each, so 20-step episodes finished
-    assert float(metrics["episode_return"][-1]) < 0
 
 
 def replay_tuner(tuner, init_key, objectives, tune_every, host):

@@ -118,3 +118,23 @@ def test_space_and_envs_flags_change_a_preset(capsys):
     assert plan.space.names == ("gamma",)
     code = cli.main(["run", "--space", "hidden_sizes=1:2", "--out", "/tmp/never-created-hcjax"])
     assert code == 2 and "'hidden_sizes' is a static PPOConfig field" in capsys.readouterr().err
+
+
+def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
+    """fuse_methods runs every method of an environment in one program (a stacked tuner,
+    compiled once); every unit equals the same method run alone, bit for bit."""
+    text = STUDY.replace('methods = ["fixed", "random"]', 'methods = ["hypercontroller", "random"]')
+    units = {}
+    for fuse in ("true", "false"):
+        path = tmp_path / f"fuse_{fuse}.toml"
+        path.write_text(text.replace("fast_compile = true", f"fast_compile = true\nfuse_methods = {fuse}"))
+        out = tmp_path / fuse
+        assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
+        units[fuse] = {u.meta["method"]: u for u in R.StudyDir(out).units()}
+    capsys.readouterr()
+    assert units["true"]["random"].meta["fused_with"] == ["hypercontroller", "random"]
+    assert "fused_with" not in units["false"]["random"].meta
+    for method in ("hypercontroller", "random"):
+        for name in R.SEED_METRICS + ("eval_reward",):
+            np.testing.assert_array_equal(getattr(units["true"][method], name), getattr(units["false"][method], name),
+                                          err_msg=f"{method} {name}")
