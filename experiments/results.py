@@ -438,12 +438,14 @@ def _jsonable(x):
 # ---- manifest ----------------------------------------------------------------------------
 
 def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
-    """{'commit': sha or None, 'dirty': bool or None} of the repository holding this code."""
+    """{'commit': sha or None, 'dirty': bool or None} of the repository holding this code
+    (dirty: tracked files differ from the commit; untracked files, e.g. a study's own
+    output inside the checkout, do not count)."""
     repo = repo or Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True,
                                 timeout=10).stdout
         return {"commit": sha, "dirty": bool(status.strip()) if sha else None}
     except (OSError, subprocess.SubprocessError):
