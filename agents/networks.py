@@ -16,22 +16,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hcjax.gp import platform_batched
+
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "silu": nn.silu}
 LOG_2PI = math.log(2.0 * math.pi)
 
 
 def orthogonal(scale: float):
-    """Orthogonal initializer that stays unbatched under `jax.vmap`.
+    """Orthogonal initializer whose vmap over agents is batched on GPU/TPU only.
 
-    Vmapped over agents, flax's orthogonal init becomes a batched LAPACK QR whose
-    parallel batch loop can deadlock XLA's CPU thread pool on small hosts (seen on 2
-    cores: every thread parked in ParallelBatchMap). `sequential_vmap` turns the batch
-    into a loop of single QRs with identical values.
+    Vmapped over agents, flax's orthogonal init becomes a batched LAPACK QR, whose
+    parallel batch loop deadlocked XLA's CPU thread pool on 2 cores (vmapped inits of 16
+    3x256 networks, every thread parked in ParallelBatchMap). `hcjax.gp.platform_batched`
+    keeps the batched QR on GPU/TPU and loops over single QRs on the CPU; the values are
+    the same up to float rounding.
     """
     base = nn.initializers.orthogonal(scale)
 
     def init(key, shape, dtype=jnp.float32):
-        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+        return platform_batched(lambda k: base(k, shape, dtype))(key)
 
     return init
 

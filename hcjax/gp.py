@@ -6,14 +6,22 @@ masked row/column of a kernel matrix is replaced by the identity row/column, so 
 matrix stays positive definite, its Cholesky factor has a unit diagonal there, masked
 targets are zero and contribute nothing to the posterior or to the likelihood.
 
+LAPACK calls (Cholesky, triangular solves) go through `platform_batched`: under `vmap`
+they become batched calls on GPU and TPU and a loop of one-matrix calls on XLA:CPU,
+where two concurrent batched LAPACK calls deadlock jaxlib's `ParallelBatchMap` on a
+small thread pool. `lapack_batching` overrides the choice while tracing (tests, benchmarks).
+
 Kernels are correlations (unit signal variance); the signal variance `v` multiplies
 them outside, so the model is  K = v (C + r I)  with noise ratio r = noise / v.
 All functions are pure jnp, float32, and work under `jit` and `vmap`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +30,57 @@ from jax.scipy.linalg import solve_triangular
 # Jitter added to the diagonal, as a fraction of its mean, on successive Cholesky tries.
 JITTERS = (1e-6, 1e-4, 1e-2)  # relative to mean(diag K), tried in order
 LOG_2PI = math.log(2.0 * math.pi)
+
+
+# Platforms on which `platform_batched` functions run one element at a time under vmap.
+# XLA:CPU: jaxlib's batched LAPACK kernels (`ParallelBatchMap`) queue chunks on the
+# intra-op pool and block a pool thread until they finish; two such calls at once on a
+# 2-thread pool wait for each other forever (jax 0.10.2, 2 cores: vmapped inits of 16
+# 3x256 networks hung in 6 runs of 6, 64-agent GP decisions at N = 200 in 7 of 7).
+SEQUENTIAL_PLATFORMS = ("cpu",)
+_BATCHED: contextvars.ContextVar = contextvars.ContextVar("hcjax_lapack_batched", default=None)
+
+
+def batched_on(platform: str) -> bool:
+    """Whether `platform_batched` functions vmap into batched calls by default on
+    `platform` ("cpu", "cuda", "rocm", "tpu", as `jax.default_backend()` names it)."""
+    return platform not in SEQUENTIAL_PLATFORMS
+
+
+@contextlib.contextmanager
+def lapack_batching(batched: bool | None):
+    """Within the block, `platform_batched` functions (the LAPACK calls here and in
+    `agents.networks.orthogonal`) vmap batched (True), one element at a time (False) or
+    by platform (None, the default). Read at trace time: a function that `jax.jit` has
+    already traced keeps the path it was traced with."""
+    if batched not in (None, True, False):
+        raise ValueError(f"lapack_batching: batched must be True, False or None, not {batched!r}")
+    token = _BATCHED.set(batched)
+    try:
+        yield
+    finally:
+        _BATCHED.reset(token)
+
+
+def platform_batched(f: Callable) -> Callable:
+    """f(*arrays) -> the same function whose vmap is the normal batched one on GPU and TPU
+    and a loop of unbatched calls (`jax.custom_batching.sequential_vmap`) on the CPU.
+
+    Both are traced and `jax.lax.platform_dependent` keeps the one of the platform the
+    computation is lowered for (a `jax.export` for several platforms keeps both and
+    picks at compile time). `lapack_batching` forces one of them. Both give the same
+    values up to float rounding.
+    """
+    sequential = jax.custom_batching.sequential_vmap(f)
+
+    @functools.wraps(f)
+    def by_platform(*args):
+        batched = _BATCHED.get()
+        if batched is None:
+            return jax.lax.platform_dependent(*args, default=f, **{p: sequential for p in SEQUENTIAL_PLATFORMS})
+        return f(*args) if batched else sequential(*args)
+
+    return by_platform
 
 
 def sq_dist(x1: jax.Array, x2: jax.Array) -> jax.Array:
@@ -56,10 +115,9 @@ def masked_gram(C: jax.Array, mask: jax.Array, noise_ratio) -> jax.Array:
 BLOCK = 128  # block size of the triangular solves
 
 
-@jax.custom_batching.sequential_vmap
+@platform_batched
 def _lapack_inverse_lower(L: jax.Array) -> jax.Array:
-    """(b, b) lower triangular -> inverse by LAPACK; under vmap one matrix at a time
-    (batched LAPACK calls deadlocked XLA:CPU's thread pool here, see `_lapack_cholesky`)."""
+    """(b, b) lower triangular -> inverse by a triangular solve (`platform_batched`)."""
     return solve_triangular(L, jnp.eye(L.shape[-1], dtype=L.dtype), lower=True)
 
 
@@ -81,8 +139,9 @@ def _blocks(n: int, block: int) -> list[tuple[int, int]]:
 
 
 def diagonal_inverses(L: jax.Array, block: int = BLOCK) -> list[jax.Array]:
-    """(n, n) lower triangular -> inverses of its diagonal blocks [(b_k, b_k)], computed
-    batched (one (n // block, block, block) call) plus the last partial block."""
+    """(n, n) lower triangular -> inverses of its diagonal blocks [(b_k, b_k)]: the full
+    blocks vmapped as one (n // block, block, block) stack (`platform_batched` calls),
+    plus the last partial block."""
     n = L.shape[-1]
     full = n // block
     out = []
@@ -125,16 +184,15 @@ def solve_upper_t(L: jax.Array, B: jax.Array, inverses=None, block: int = BLOCK)
     return X[:, 0] if vec else X
 
 
-@jax.custom_batching.sequential_vmap
+@platform_batched
 def _escalating_cholesky(K: jax.Array, jitters: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(n, n), (J,) relative jitters -> (L, index of the jitter used, J if none worked).
 
     Tries K + jitters[i] * I in order while the factor is not finite: the first try
     outright, the others in a while_loop (usually never entered; the jitter is added to
-    the diagonal in place, which saved a third of the time of n = 1000 here). Under vmap
-    this runs one matrix at a time: XLA:CPU's batched LAPACK Cholesky deadlocked its
-    thread pool here (every thread idle, forever) when vmapped over agents; unbatched
-    calls never did.
+    the diagonal in place, which saved a third of the time of n = 1000 here). Vmapped:
+    batched on GPU/TPU, one matrix at a time on the CPU (`platform_batched`); batched,
+    the while_loop runs while any matrix of the batch fails.
     """
     diag = jnp.arange(K.shape[-1])
 
@@ -227,9 +285,9 @@ def log_marginal_likelihood(post: Posterior, y: jax.Array) -> jax.Array:
     return _lml(quad, post.L, jnp.sum(post.mask), post.variance)
 
 
-@jax.custom_batching.sequential_vmap
+@platform_batched
 def _cho_solve(L: jax.Array, y: jax.Array) -> jax.Array:
-    """(n, n) lower factor, (n,) -> (L L^T)^-1 y by LAPACK; one matrix at a time under vmap."""
+    """(n, n) lower factor, (n,) -> (L L^T)^-1 y by two triangular solves (`platform_batched`)."""
     return jax.scipy.linalg.cho_solve((L, True), y)
 
 

@@ -1,9 +1,17 @@
-"""hcjax.gp against a float64 NumPy/SciPy reference GP.
+"""hcjax.gp against a float64 NumPy/SciPy reference GP, and its two vmap paths.
 
 Tolerance: relative error < 1e-4 in float32 (|a - b| <= 1e-4 |b| + 1e-5) on well-conditioned
 problems (noise ratio 0.1, length scale 0.5, n <= 40: condition numbers below ~1e3);
 the blocked triangular solves on n = 300 with a strongly diagonal matrix, same tolerance.
+
+Vmap paths (`gp.platform_batched`): the batched and the one-matrix-at-a-time LAPACK
+calls are compared with each other and with a Python loop of unvmapped calls, at sizes
+that do not deadlock XLA:CPU (3 agents, n <= 280); the default path is read from the
+HLO: unbatched LAPACK calls when compiled for the CPU, batched solver calls when
+lowered for CUDA.
 """
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,9 +19,12 @@ import pytest
 import scipy.linalg as sl
 from scipy.stats import multivariate_normal
 
+import hcjax
 from hcjax import gp
 
 RTOL, ATOL = 1e-4, 1e-5
+AGENTS = 3  # vmapped agents in the path tests
+CPU = jax.devices("cpu")[0]  # inputs placed here make jit compile for XLA:CPU on any machine
 
 
 def close(a, b):
@@ -120,3 +131,161 @@ def test_standardize_and_minmax():
     cols = jnp.asarray([[0.0, 5.0], [10.0, 5.0], [99.0, 5.0]], jnp.float32)
     scaled = gp.minmax_scale(cols, jnp.asarray([True, True, False]))
     close(scaled, np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
+
+
+# ---- the two vmap paths ---------------------------------------------------------------------
+
+
+def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Compiled XLA:CPU HLO text -> [(LAPACK custom-call target, dims of its first operand)]."""
+    calls = []
+    for line in hlo.splitlines():
+        target = re.search(r'custom_call_target="(lapack_\w+)"', line)
+        if target:
+            dims = re.search(r"operand_layout_constraints=\{\w+\[([\d,]*)\]", line).group(1)
+            calls.append((target.group(1), tuple(int(d) for d in dims.split(",") if d)))
+    return calls
+
+
+def stablehlo_calls(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """StableHLO text -> [(custom-call target or "triangular_solve", dims of its first operand)]."""
+    calls = []
+    for line in text.splitlines():
+        op = re.search(r"stablehlo\.custom_call @(\w+)\(|stablehlo\.(triangular_solve)\b", line)
+        if op:
+            dims = re.search(r": \(tensor<((?:\d+x)*)[a-z]\w*>", line).group(1)
+            calls.append((op.group(1) or op.group(2), tuple(int(d) for d in dims.split("x") if d)))
+    return calls
+
+
+def assert_unbatched(calls, matrix_rank=2):
+    """Every call factorises or solves one matrix: its first operand has `matrix_rank` dims."""
+    assert calls, "no solver call found"
+    assert all(len(dims) == matrix_rank for _, dims in calls), calls
+
+
+def assert_batched(calls, batch=AGENTS):
+    """Some call works on a stack whose leading dimension is the agent batch."""
+    assert any(len(dims) > 2 and dims[0] == batch for _, dims in calls), calls
+
+
+def agent_problems(n=2 * gp.BLOCK + 24, m=5, seed=0):
+    """AGENTS GP problems of n observations (two full blocks and a partial one) and m test
+    points -> float32 arrays C (A, n, n), y (A, n), mask (A, n), Cs (A, n, m), K (A, n, n)
+    where K[1] is singular (rank 1, needs jitter) and K[2] all NaN (diagonal fallback)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(AGENTS, n, 3))
+    Xs = rng.uniform(size=(AGENTS, m, 3))
+    C = np.stack([ref_se(x, x, 0.5) for x in X])
+    Cs = np.stack([ref_se(x, xs, 0.5) for x, xs in zip(X, Xs)])
+    y = np.sin(3 * X).sum(-1) + 0.1 * rng.normal(size=(AGENTS, n))
+    mask = rng.uniform(size=(AGENTS, n)) < 0.8
+    v = np.arange(1.0, n + 1.0) / n
+    K = np.stack([C[0] + 0.1 * np.eye(n), np.outer(v, v), np.full((n, n), np.nan)])
+    f32 = lambda a: jax.device_put(jnp.asarray(a, jnp.float32), CPU)
+    return f32(C), f32(y), jax.device_put(jnp.asarray(mask), CPU), f32(Cs), f32(K)
+
+
+def gp_outputs(C, y, mask, Cs, K):
+    """One agent's results of every public LAPACK-backed function -> dict of arrays."""
+    L_k, jitter = gp.cholesky(K)
+    post = gp.condition(C, y, mask, 0.1)
+    mean, var = gp.predict(post, Cs)
+    return {"cholesky": L_k, "jitter": jitter, "L": post.L, "inverses": post.inverses, "alpha": post.alpha,
+            "variance": post.variance, "mean": mean, "var": var,
+            "lml": gp.log_marginal_likelihood(post, y), "profile_lml": gp.profile_log_likelihood(C, y, mask, 0.1)}
+
+
+def assert_trees_close(a, b, rtol=RTOL, atol=ATOL):
+    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol,
+                                                                   atol=atol), a, b)
+
+
+def test_default_path_by_platform():
+    assert not gp.batched_on("cpu")
+    assert all(gp.batched_on(p) for p in ("cuda", "rocm", "tpu"))
+    with pytest.raises(ValueError, match="batched must be True, False or None"):
+        with gp.lapack_batching("batched"):
+            pass
+
+
+def test_vmap_paths_give_the_loop_values_and_cpu_default_is_sequential():
+    args = agent_problems()
+    compiled, out = {}, {}
+    for batched in (None, False, True):
+        with gp.lapack_batching(batched):
+            compiled[batched] = jax.jit(jax.vmap(gp_outputs)).lower(*args).compile()
+        out[batched] = compiled[batched](*args)
+    # Reference: one unvmapped call per agent.
+    single = jax.jit(gp_outputs)
+    loop = [single(*(a[i] for a in args)) for i in range(AGENTS)]
+    reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
+    for batched in (None, False, True):
+        assert_trees_close(out[batched], reference)
+    jitter = np.asarray(reference["jitter"])
+    assert jitter[0] > 0 and jitter[1] > jitter[0] and jitter[2] == -1.0  # three escalation outcomes
+    assert np.all(np.isfinite(np.asarray(reference["cholesky"])))
+    # Compiled for XLA:CPU: by default (and forced sequential) one matrix per LAPACK call;
+    # forced batched, stacks of AGENTS matrices.
+    for batched in (None, False):
+        assert_unbatched(lapack_calls(compiled[batched].as_text()))
+    assert_batched(lapack_calls(compiled[True].as_text()))
+
+
+def test_default_lowering_for_gpu_is_batched():
+    args = agent_problems()
+    fn = jax.jit(jax.vmap(gp_outputs)).trace(*args)
+    for platform, solver in (("cuda", "cusolver_potrf_ffi"), ("rocm", "hipsolver_potrf_ffi")):
+        calls = stablehlo_calls(fn.lower(lowering_platforms=(platform,)).as_text())
+        assert not any(t.startswith("lapack_") for t, _ in calls), calls
+        potrf = [dims for t, dims in calls if t == solver]
+        assert potrf and all(dims[0] == AGENTS for dims in potrf), calls
+        solves = [dims for t, dims in calls if t == "triangular_solve"]
+        assert solves and all(dims[0] == AGENTS for dims in solves), calls
+    cpu = stablehlo_calls(fn.lower(lowering_platforms=("cpu",)).as_text())
+    assert_unbatched(cpu)
+    assert all(t.startswith("lapack_") for t, _ in cpu), cpu
+
+
+GP_OPTIONS = dict(buffer=40, candidates=64, fit_points=32, refine_steps=3)
+
+
+@pytest.mark.parametrize("name", ["gp_ucb", "pb2"])
+def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
+    tuner = hcjax.make_tuner(name, hcjax.ppo_space(), **GP_OPTIONS)
+
+    def filled(key):  # 30 of 40 rows told: a partly masked buffer
+        def tell(state, inp):
+            k, objective = inp
+            return tuner.tell(state.replace(current=jax.random.uniform(k, state.current.shape)), objective), None
+
+        objectives = jnp.sin(jnp.arange(30) + 0.3)
+        return jax.lax.scan(tell, tuner.init(key), (jax.random.split(key, 30), objectives))[0]
+
+    def decision(state, key, objective):
+        state, values = tuner.ask(state, key)
+        return tuner.tell(state, objective), values
+
+    keys = jax.device_put(jax.random.split(jax.random.key(5), AGENTS), CPU)
+    states = jax.jit(jax.vmap(filled))(keys)
+    objectives = jax.device_put(jnp.asarray([0.5, -1.0, 2.0]), CPU)
+    ask_keys = jax.random.split(jax.random.key(6), AGENTS)
+    out, compiled = {}, {}
+    for batched in (None, True):
+        with gp.lapack_batching(batched):
+            compiled[batched] = jax.jit(jax.vmap(decision)).lower(states, ask_keys, objectives).compile()
+        out[batched] = compiled[batched](states, ask_keys, objectives)
+    single = jax.jit(decision)
+    at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)
+    loop = [single(at(states, i), ask_keys[i], objectives[i]) for i in range(AGENTS)]
+    reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
+    for batched in (None, True):
+        assert_trees_close(out[batched], reference)
+    assert np.unique(np.asarray(reference[1]), axis=0).shape[0] == AGENTS  # three different decisions
+    assert_unbatched(lapack_calls(compiled[None].as_text()))
+    # Batched: the grid search vmaps inside each agent, so stacks are (agents, grid, n, n).
+    assert_batched(lapack_calls(compiled[True].as_text()))
+    cuda = stablehlo_calls(jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)
+                           .lower(lowering_platforms=("cuda",)).as_text())
+    assert any(t == "cusolver_potrf_ffi" and dims[0] == AGENTS for t, dims in cuda), cuda
+    assert not any(t.startswith("lapack_") for t, _ in cuda), cuda
