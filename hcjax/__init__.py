@@ -5,6 +5,11 @@
     state, values = tuner.ask(state, key)
     state = tuner.tell(state, objective)
 
+Population-based training over the agent axis (`hcjax.population`):
+`pop = hcjax.make_population("pbt", space)`, `state, values = pop.init(key, n)`,
+`state, values, parents = pop.step(state, key, objectives)`, then
+`hcjax.exploit(agent_states, parents)`.
+
 From a plain Python loop: `hcjax.HostTuner(name, space, seed=0, **options)`, with
 `ask() -> {name: value}`, `tell(objective)`, `state_dict()` / `load_state_dict(d)`.
 
@@ -18,9 +23,10 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from hcjax.host import HostTuner
+from hcjax.population import Population, exploit, make_population, population_options, populations
 from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
 from hcjax.tuner import Tuner, available, make_tuner, options
 
-__all__ = ["HostTuner", "Hyperparameter", "Space", "Tuner", "available", "make_tuner", "options", "ppo_space",
-           "unit_space"]
+__all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "exploit", "make_population",
+           "make_tuner", "options", "population_options", "populations", "ppo_space", "unit_space"]
 __version__ = "0.1.0"

@@ -1,0 +1,121 @@
+"""The Population interface (tuners that act on the whole agent axis) and its registry.
+
+A population method is two pure functions over a pytree state of fixed shapes:
+
+    state, values = population.init(key, n)                       # values: (n, h)
+    state, values, parents = population.step(state, key, objectives)
+    # objectives: (n,) float, higher is better; values: (n, h); parents: (n,) int32
+
+`parents[i]` is the agent whose network agent i continues from: the training loop
+gathers every per-agent array (parameters, optimiser state, observation statistics)
+with `hcjax.exploit(tree, parents)` and trains with `values`. Agents that were not
+replaced have parents[i] = i and keep their values. The training loop owns the schedule
+(PBT's `ready`): it calls `step` every `ready` iterations with each agent's recent
+performance (e.g. the mean training reward of those iterations).
+
+`n` is static (the shapes of the state); options live in the closure, as for `Tuner`.
+`jax.vmap` over a leading axis gives independent populations; the agent axis may be
+sharded over devices (see `hcjax.population.exploit`).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from hcjax.space import Space
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, GIB, check_float, check_int
+
+State = Any
+
+
+class Population(NamedTuple):
+    """A population-based tuner: static `name` and `space`, two pure functions, and
+    `memory_bytes(n) -> int`, the estimated peak bytes of the state and of one `step`
+    for n agents (`init` refuses above the factory's `memory_limit_gib`).
+
+    init(key, n) -> (state, values (n, h) float32 natural units, inside bounds);
+    step(state, key, objectives (n,)) -> (state, values (n, h), parents (n,) int32).
+    """
+
+    name: str
+    space: Space
+    init: Callable[[jax.Array, int], tuple[State, jax.Array]]
+    step: Callable[[State, jax.Array, jax.Array], tuple[State, jax.Array, jax.Array]]
+    memory_bytes: Callable[[int], int]
+
+
+_REGISTRY: dict[str, Callable[..., Population]] = {}
+
+
+def register_population(name: str):
+    """Decorator: register `factory(space, **options) -> Population` under `name`."""
+
+    def wrap(factory):
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def populations() -> tuple[str, ...]:
+    """Names accepted by `make_population`."""
+    return tuple(sorted(_REGISTRY))
+
+
+def _factory(name: str):
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"make_population: unknown population name {name!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def population_options(name: str) -> dict[str, Any]:
+    """The keyword options of population method `name` and their defaults."""
+    params = list(inspect.signature(_factory(name)).parameters.values())[1:]
+    return {p.name: p.default for p in params if p.name != "memory_limit_gib"}
+
+
+def make_population(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+                    **options) -> Population:
+    """Build population method `name` over `space` (see `populations()` and
+    `population_options(name)`). An unknown name or option, or an option out of range,
+    raises ValueError naming it and the allowed values. `memory_limit_gib`: the most
+    memory one population may need (`Population.memory_bytes(n)`), checked by `init`
+    before anything is allocated."""
+    factory = _factory(name)
+    if not isinstance(space, Space):
+        raise ValueError(f"make_population: space must be an hcjax.Space, got {type(space).__name__}")
+    allowed = population_options(name)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"make_population({name!r}): unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+    limit = check_float("make_population.memory_limit_gib", memory_limit_gib, 0.0, low_open=True)
+    return factory(space, **options, memory_limit_gib=limit)
+
+
+def check_population_size(name: str, n) -> int:
+    """`n` as a Python int >= 1 (static: it sets the state's shapes), else ValueError."""
+    return check_int(f"{name}.init: n", n, 1)
+
+
+def check_population_memory(name: str, nbytes: int, limit_gib: float, n: int, involved: str) -> None:
+    """ValueError if `nbytes` for n agents exceeds `limit_gib` GiB."""
+    if nbytes > limit_gib * GIB:
+        raise ValueError(f"{name}: n={n} agents with {involved} need an estimated {nbytes / GIB:.4g} GiB (state and "
+                         f"the largest temporaries of step), above memory_limit_gib={limit_gib:g}; use smaller "
+                         f"values or raise it: make_population({name!r}, space, memory_limit_gib=...)")
+
+
+def check_objectives(name: str, objectives, n: int) -> jax.Array:
+    """(n,) float32 objectives, or a ValueError (raised when traced) naming the shape
+    expected. Non-finite or huge entries are allowed here: they are invalid objectives
+    (`hcjax.tuner.valid_objective`), handled by the methods."""
+    shape = tuple(getattr(objectives, "shape", jnp.shape(objectives)))
+    dtype = getattr(objectives, "dtype", None)
+    if shape != (n,):
+        raise ValueError(f"{name}.step: objectives must have shape (n,) = ({n},), one per agent, got shape {shape}")
+    if dtype is not None and not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        raise ValueError(f"{name}.step: objectives must be real numbers, got dtype {dtype}")
+    return jnp.asarray(objectives, jnp.float32)
