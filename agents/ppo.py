@@ -198,6 +198,7 @@ class Learner(NamedTuple):
     obs_norm); value(state, obs) -> (E,); learn(state, traj, do_ask=None) -> (state,
     metrics of one iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
     mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax).
+    set_hparams(state, values (h,)) -> state with those hyperparameters in effect.
     """
 
     config: PPOConfig
@@ -213,6 +214,7 @@ class Learner(NamedTuple):
     n_steps: Callable
     mode: Callable
     tuner_key: Callable
+    set_hparams: Callable
 
 
 # ---- pure building blocks (tested directly) ---------------------------------------------
@@ -301,16 +303,26 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
     """Build the pure functions of one PPO agent on `env` (anything `agents.envs.make`
     accepts: a name, an environment object, a JaxEnv/HostEnv) with `tuner` in the loop.
 
+    tuner: an `hcjax.Tuner` (every agent its own: told every iteration, asked when
+    deciding), or an `hcjax.Population` (population-based training): then the agent has
+    no tuner of its own (`tuner_state` None, nothing told or asked), its hyperparameters
+    start at the space's defaults and are set from outside with `set_hparams` by the
+    loop that steps the population over the agent axis (experiments.runner).
     ask: "when_deciding" (default) runs `tuner.ask` only on the iterations that decide;
     "every_iteration" computes it every iteration and keeps it only when deciding (the
     earlier loop: the same numbers at a higher cost, kept for the benchmark).
     """
     from agents import envs
+    from hcjax.population import Population
+    from hcjax.tuner import Tuner
 
     if not isinstance(config, PPOConfig):
         raise ValueError(f"make_learner: config must be a PPOConfig, got {type(config).__name__}")
     if ask not in ASK_MODES:
         raise ValueError(f"make_learner: ask must be one of {ASK_MODES}, got {ask!r}")
+    if not isinstance(tuner, (Tuner, Population)):
+        raise ValueError(f"make_learner: tuner must be an hcjax.Tuner or hcjax.Population, got {type(tuner).__name__}")
+    per_agent = isinstance(tuner, Tuner)
     env = envs.make(env)
     space = tuner.space
     check_space(space, config)
@@ -371,10 +383,13 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
         k_actor, k_critic, k_tuner, k_ask, k_env, k_next = jax.random.split(key, 6)
         dummy = jnp.zeros((env.obs_size,), jnp.float32)
         params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
-        if tuner_state is None:
-            tuner_state = tuner.init(k_tuner)
-        tuner_state, values = tuner.ask(tuner_state, k_ask)
-        values = jnp.asarray(values, jnp.float32)
+        if not per_agent:  # a population sets the values from outside (set_hparams)
+            tuner_state, values = None, jnp.asarray(space.default, jnp.float32)
+        else:
+            if tuner_state is None:
+                tuner_state = tuner.init(k_tuner)
+            tuner_state, values = tuner.ask(tuner_state, k_ask)
+            values = jnp.asarray(values, jnp.float32)
         opt_state = set_opt_hparams(opt.init(params), values)
         if env.host:
             env_state = obs = ep_running = None
@@ -522,10 +537,13 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
         else:
             objective, do_tell = ep_return - state.prev_return, state.has_return & has_return_now
         objective = jnp.where(do_tell, objective, 0.0).astype(jnp.float32)
-        tuner_state = _select(do_tell, tuner.tell(state.tuner_state, objective), state.tuner_state)
-        if do_ask is None:
-            do_ask = (state.iteration + 1) % config.tune_every == 0
-        tuner_state, new_hparams = decide(tuner_state, hparams, k_ask, do_ask)
+        if per_agent:
+            tuner_state = _select(do_tell, tuner.tell(state.tuner_state, objective), state.tuner_state)
+            if do_ask is None:
+                do_ask = (state.iteration + 1) % config.tune_every == 0
+            tuner_state, new_hparams = decide(tuner_state, hparams, k_ask, do_ask)
+        else:
+            tuner_state, new_hparams = None, hparams
 
         metrics = dict(train_reward=R, objective=objective, hparams=hparams, frames=frames,
                        rejected=rejected.astype(jnp.int32), episode_return=ep_return)
@@ -570,9 +588,16 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
         (_, _, ret, _), _ = jax.lax.scan(step, carry, jax.random.split(k_steps, config.eval_steps))
         return ret
 
+    def set_hparams(state, values):
+        """The agent with hyperparameters `values` (h,) in effect from its next iteration
+        (the optimiser's injected ones too): how a population explores."""
+        values = jnp.asarray(values, jnp.float32)
+        return state.replace(hparams=values, opt_state=set_opt_hparams(state.opt_state, values))
+
     return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, init=init, iterate=iterate,
                    evaluate=evaluate, act=act, value=value, learn=learn,
-                   n_steps=lambda state: n_steps_of(state.hparams), mode=mode, tuner_key=tuner_key)
+                   n_steps=lambda state: n_steps_of(state.hparams), mode=mode, tuner_key=tuner_key,
+                   set_hparams=set_hparams)
 
 
 def make_train(config: PPOConfig, env, tuner) -> Callable:

@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
                      help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
                                                "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
-    run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.METHODS)}")
+    run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
     run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
     run.add_argument("--out", help="study directory (default results/<preset>)")

@@ -32,7 +32,7 @@ import numpy as np
 
 from experiments import results as R
 from experiments import stats as ST
-from experiments.presets import METHODS, SHORT
+from experiments.presets import ALL_METHODS as METHODS, SHORT
 
 COLORS = {"hypercontroller": "tab:red", "random": "tab:blue", "pb2": "tab:green", "gp_ucb": "tab:purple",
           "hyperband": "tab:orange", "random_start": "tab:brown", "fixed": "tab:gray"}
@@ -438,6 +438,43 @@ def figure_profile(summary: dict, path) -> Path:
     return _save(fig, path, plt)
 
 
+def figure_lineage(unit: R.UnitResult, path) -> Path:
+    """A population unit's hyperparameter trajectories: one panel per hyperparameter,
+    every agent's value in effect at each iteration (a step line), and every copy marked:
+    at a population step where agent i took agent j's network, an arrow from j's value
+    before the step to i's new value (explored from j's), coloured as agent i."""
+    plt = _matplotlib()
+    names = unit.meta.get("hparam_names", [f"h{k}" for k in range(unit.hparams.shape[2])])
+    S, T, h = unit.hparams.shape
+    fig, axes = plt.subplots(h, 1, figsize=(10, 2.4 * h), sharex=True, squeeze=False)
+    colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(S, 2)))
+    x = np.arange(1, T + 1)
+    log = {n: entry.get("scale") == "log" for n, entry in
+           ((e["name"], e) for e in unit.meta.get("config", {}).get("space", []))}
+    for k, ax in enumerate(axes[:, 0]):
+        for i in range(S):
+            ax.step(x, unit.hparams[i, :, k], where="post", color=colors[i], lw=1.0, alpha=0.8)
+        for col, it in enumerate(unit.lineage_iteration):
+            it = int(it)
+            if it >= T:
+                continue
+            for i in np.nonzero(unit.lineage_parent[:, col] != np.arange(S))[0]:
+                donor = int(unit.lineage_parent[i, col])
+                ax.annotate("", xy=(it + 1, unit.hparams[i, it, k]), xytext=(it, unit.hparams[donor, it - 1, k]),
+                            arrowprops=dict(arrowstyle="->", color=colors[i], lw=0.8))
+                ax.plot([it + 1], [unit.hparams[i, it, k]], "o", ms=3, color=colors[i])
+        if log.get(names[k]):
+            ax.set_yscale("log")
+        ax.set_ylabel(names[k])
+        ax.grid(alpha=0.3)
+    copies = int(np.sum(unit.lineage_parent != np.arange(S)[:, None])) if unit.lineage_parent.size else 0
+    axes[0, 0].set_title(f"{unit.meta['env']} / {unit.meta['method']}: {S} agents, {len(unit.lineage_iteration)} "
+                         f"population steps, {copies} copies (arrows: donor's value -> the copy's new value)")
+    axes[-1, 0].set_xlabel("iteration")
+    fig.tight_layout()
+    return _save(fig, path, plt)
+
+
 def plot(out: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) -> dict[str, Path]:
     """Write every figure and table of a study directory; returns name -> path.
     reps, seed: bootstrap replicates and seed of the aggregate statistics."""
@@ -455,6 +492,10 @@ def plot(out: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) -> dict[str
     paths["probability_of_improvement"] = figure_improvement(summary, out / "figures"
                                                              / "probability_of_improvement.png")
     paths["performance_profile"] = figure_profile(summary, out / "figures" / "performance_profile.png")
+    for u in units:
+        if u.lineage_iteration.size:
+            name = f"lineage_{R.unit_name(u.meta['env'], u.meta['method'])}"
+            paths[name] = figure_lineage(u, out / "figures" / f"{name}.png")
     paths["aggregate_json"] = out / "tables" / "aggregate.json"
     R.atomic_write_text(paths["aggregate_json"], aggregate_json(summary))
     tables = {"success": "Seeds that finished without a rejected update or NaN (successful / run).\n\n"

@@ -33,8 +33,12 @@ from typing import Any, Mapping, Sequence
 # The six compared methods of the paper, then the fixed-default reference.
 PAPER_METHODS = ("hypercontroller", "random", "pb2", "gp_ucb", "hyperband", "random_start")
 METHODS = PAPER_METHODS + ("fixed",)
+# Population-based training over a unit's seeds (hcjax.population); not in the paper.
+POPULATION_METHODS = ("pbt", "pb2_population", "hypercontroller_shared")
+ALL_METHODS = METHODS + POPULATION_METHODS
 SHORT = {"hypercontroller": "HC", "random": "R", "pb2": "PB2", "gp_ucb": "GP-UCB", "hyperband": "HB",
-         "random_start": "RS", "fixed": "Fixed"}
+         "random_start": "RS", "fixed": "Fixed", "pbt": "PBT", "pb2_population": "PB2-pop",
+         "hypercontroller_shared": "HC-shared"}
 
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
 
@@ -381,7 +385,7 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if envs is not None:
         changes["envs"] = _names("env", envs)
     if methods is not None:
-        changes["methods"] = _names("method", methods, METHODS)
+        changes["methods"] = _names("method", methods, ALL_METHODS)
     if seeds is not None:
         changes["seeds"] = _positive("seeds", seeds)
     if iterations is not None:
@@ -390,7 +394,7 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
         changes["space"] = tuple(space)
     p = dataclasses.replace(preset, **changes)
     _names("env", p.envs)
-    _names("method", p.methods, METHODS)
+    _names("method", p.methods, ALL_METHODS)
     _positive("seeds", p.seeds)
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)

@@ -49,6 +49,7 @@ FORMAT = 1
 
 # Per-iteration arrays of every seed: (S, T) except hparams (S, T, h).
 SEED_METRICS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
+LINEAGE = ("lineage_iteration", "lineage_parent", "lineage_objective")  # optional: population methods
 
 
 @dataclasses.dataclass
@@ -60,6 +61,10 @@ class UnitResult:
     when evaluated (1-based); eval_reward: (S, E) evaluation reward sums; tuner_time:
     (T,) seconds of host ask+tell for all agents of the unit at each iteration;
     meta: env, method, hparam names, timings, devices, ... (JSON-able).
+    Population methods only (empty otherwise), K population steps:
+    lineage_iteration: (K,) iterations done at each step; lineage_parent: (S, K) the
+    agent each seed continued from (itself if not replaced); lineage_objective: (S, K)
+    the objectives the step ranked; the values chosen are hparams[:, iteration].
     """
 
     seeds: np.ndarray
@@ -73,6 +78,9 @@ class UnitResult:
     eval_reward: np.ndarray
     tuner_time: np.ndarray
     meta: dict
+    lineage_iteration: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), np.int32))
+    lineage_parent: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    lineage_objective: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.float32))
 
     @property
     def success(self) -> np.ndarray:
@@ -137,7 +145,8 @@ def load_unit(path: str | os.PathLike) -> UnitResult:
     """Read one unit file; raises CorruptFile naming it when it cannot be read."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult) if f.name != "meta"}
+            fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
+                      if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
             meta = json.loads(str(z["meta"]))
         if not isinstance(meta, dict) or "env" not in meta or "method" not in meta:
             raise ValueError("its meta lacks env/method")

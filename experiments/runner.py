@@ -77,8 +77,7 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
     abort, a hang or a MemoryError later. Returns each unit's estimated bytes."""
     from agents.ppo import PPOConfig, check_space
 
-    from experiments.presets import METHODS
-    from hcjax import make_tuner
+    from experiments.presets import ALL_METHODS
 
     fields = {f.name for f in dataclasses.fields(PPOConfig)}
     configs = {}
@@ -94,21 +93,38 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
             raise ValueError(f"{where}: {e}") from None
     space = plan.space
     check_space(space, configs[None])
-    unknown = sorted(set(plan.preset.tuner) - set(METHODS))
+    unknown = sorted(set(plan.preset.tuner) - set(ALL_METHODS))
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
-                         f"methods: {', '.join(METHODS)}")
-    tuners = {m: make_tuner(m, space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, m))
+                         f"methods: {', '.join(ALL_METHODS)}")
+    tuners = {m: make_method(plan, m, memory_limit_gib)
               for m in dict.fromkeys(list(plan.preset.methods) + list(plan.preset.tuner))}
+    populations = [m for m in plan.preset.methods if is_population(m)]
+    if populations:
+        import jax
+
+        host = [e.label for e in plan.envs if e.path == "gymnasium"]
+        if host:
+            raise ValueError(f"population methods {populations} run on JAX environments only (the agent axis is "
+                             f"one program); gymnasium environments {host} run on the host")
+        if jax.process_count() > 1:
+            raise ValueError(f"population methods {populations} do not run under --distributed (yet)")
+        if plan.preset.seeds % jax.device_count():
+            raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
+                             f"the device count ({jax.device_count()}): the population is exactly the seeds")
     estimates = {}
     for env, methods in unit_groups(plan):
         base = agent_bytes(configs[env.label], env, space)
-        tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
+        agents = len(methods) * plan.preset.seeds
+        if is_population(methods[0]):
+            tuner_bytes = tuners[methods[0]].memory_bytes(plan.preset.seeds) / plan.preset.seeds
+        else:
+            tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
         for method in methods:
-            total = len(methods) * plan.preset.seeds * (base + tuner_bytes)
+            total = agents * (base + tuner_bytes)
             if total > memory_limit_gib * 2**30:
                 raise ValueError(
-                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({len(methods) * plan.preset.seeds} "
+                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({agents} "
                     f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
                     f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
                     f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
@@ -135,18 +151,6 @@ def agent_bytes(config, env: EnvChoice, space) -> int:
     trajectory = 4 * learner.max_steps * config.num_envs * per_step
     metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
     return WORKSPACE_FACTOR * (state_bytes + trajectory) + metrics
-
-
-def build(plan: Plan, env: EnvChoice, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):
-    """(learner, env, tuner) of one unit."""
-    from agents import envs
-    from agents.ppo import PPOConfig, make_learner
-
-    from hcjax import make_tuner
-
-    environment = envs.make(env.make)
-    tuner = make_tuner(method, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
-    return make_learner(PPOConfig(**ppo_options(plan, env)), environment, tuner), environment, tuner
 
 
 # ---- devices -----------------------------------------------------------------------------
@@ -193,12 +197,14 @@ def compiled(jitted, *args, fast: bool = False):
     return lowered.compile(compiler_options={"xla_backend_optimization_level": 0}) if fast else lowered.compile()
 
 
-def segments(iterations: int, eval_every: int) -> list[int]:
-    """Lengths of the host-side segments: eval_every each, the last one shorter if needed."""
-    out = [eval_every] * (iterations // eval_every)
-    if iterations % eval_every:
-        out.append(iterations % eval_every)
-    return out
+def segments(iterations: int, eval_every: int, ready: int | None = None) -> list[int]:
+    """Lengths of the host-side segments: they end at every multiple of eval_every (an
+    evaluation), of `ready` (a population step) when given, and at `iterations`."""
+    ends = set(range(eval_every, iterations, eval_every)) | {iterations}
+    if ready:
+        ends |= set(range(ready, iterations, ready))
+    ends = sorted(ends)
+    return [b - a for a, b in zip([0] + ends[:-1], ends)]
 
 
 @dataclasses.dataclass
@@ -212,6 +218,7 @@ class Record:
     evals: list = dataclasses.field(default_factory=list)
     eval_its: list = dataclasses.field(default_factory=list)
     seg_times: list = dataclasses.field(default_factory=list)
+    lineage: list = dataclasses.field(default_factory=list)  # (iteration, parents (n,), objectives (n,))
 
     def add(self, length: int, metrics: dict, reward: np.ndarray | None, seconds: float) -> None:
         self.done += length
@@ -226,7 +233,17 @@ class Record:
         out = {f"metric/{k}": v for k, v in self.metrics().items()}
         out.update({"eval_reward": self.eval_reward(), "eval_iteration": np.asarray(self.eval_its, np.int32),
                     "segment_seconds": np.asarray(self.seg_times, np.float64), "done": np.asarray(self.done)})
+        out.update(self.lineage_arrays())
         return out
+
+    def lineage_arrays(self) -> dict[str, np.ndarray]:
+        """lineage_iteration (K,), lineage_parent (n, K), lineage_objective (n, K)."""
+        if not self.lineage:
+            return {}
+        its, parents, objectives = zip(*self.lineage)
+        return {"lineage_iteration": np.asarray(its, np.int32),
+                "lineage_parent": np.stack(parents, axis=1).astype(np.int32),
+                "lineage_objective": np.stack(objectives, axis=1).astype(np.float32)}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Record":
@@ -235,6 +252,9 @@ class Record:
                   evals=list(np.moveaxis(arrays["eval_reward"], 1, 0)),
                   eval_its=[int(i) for i in arrays["eval_iteration"]],
                   seg_times=[float(t) for t in arrays["segment_seconds"]])
+        if "lineage_iteration" in arrays:
+            rec.lineage = [(int(it), arrays["lineage_parent"][:, k], arrays["lineage_objective"][:, k])
+                           for k, it in enumerate(arrays["lineage_iteration"])]
         return rec
 
     def metrics(self) -> dict[str, np.ndarray]:
@@ -297,11 +317,64 @@ class Checkpoint:
             self.store.remove_checkpoint(self.env, self.method)
 
 
+class PopulationLoop:
+    """How a unit steps a population method (hcjax.population) over its agent axis:
+    every `ready` iterations, each agent's objective from the metrics of those
+    iterations (`objective_of`), then `population.step`, the donors' networks copied
+    into the replaced agents (parameters, optimiser state, observation statistics, and
+    the reference levels of the objective, so the next change is measured from the
+    donor's level) and every agent's new hyperparameters set (`learner.set_hparams`).
+    The population is the unit's agents (its seeds); its key is fixed per unit."""
+
+    # Population methods that copy networks (hypercontroller_shared only shares statistics).
+    COPY = ("pbt", "pb2_population")
+
+    def __init__(self, learner, population, ready: int, objective_of: Callable[[dict], np.ndarray]):
+        import jax
+
+        self.learner, self.population, self.ready, self.objective_of = learner, population, ready, objective_of
+        self.key = jax.random.PRNGKey(0x9B7)
+        copy = population.name in self.COPY
+
+        def init(state):
+            pop_state, values = population.init(jax.random.fold_in(self.key, 0), state.iteration.shape[0])
+            return jax.vmap(learner.set_hparams)(state, values), pop_state
+
+        def step(state, pop_state, done, objectives):
+            from hcjax.population import exploit
+
+            pop_state, values, parents = population.step(pop_state, jax.random.fold_in(self.key, done), objectives)
+            if copy:
+                fields = ("params", "opt_state", "obs_stats", "prev_reward", "has_reward", "prev_return", "has_return")
+                copied = exploit({f: getattr(state, f) for f in fields}, parents)
+                state = state.replace(**copied)
+            return jax.vmap(learner.set_hparams)(state, values), pop_state, parents
+
+        self.init, self.step = jax.jit(init), jax.jit(step, donate_argnums=(0, 1))
+
+
+def objective_for(method: str, ppo_objective: str, ready: int) -> Callable[[dict], np.ndarray]:
+    """metrics of the unit so far {name: (n, T)} -> (n,) the objectives a population step
+    ranks: the level of performance for pbt / pb2_population (the mean training reward
+    of the last `ready` iterations; the last mean episode return when the PPO objective
+    is "return_change", whose per-step reward may be constant), and the PPO objective
+    (a change) averaged over them for hypercontroller_shared."""
+    def objective(metrics):
+        if method == "hypercontroller_shared":
+            return np.mean(metrics["objective"][:, -ready:], axis=1)
+        if ppo_objective == "return_change":
+            return metrics["episode_return"][:, -1]
+        return np.mean(metrics["train_reward"][:, -ready:], axis=1)
+
+    return objective
+
+
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
-                 checkpoint: Checkpoint | None = None, which: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                 checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
+                 population: PopulationLoop | None = None) -> dict[str, np.ndarray]:
     """Train len(seed_ids) agents as one vmapped program sharded over every device,
-    in segments of `eval_every` iterations with an evaluation after each.
+    in segments with an evaluation after every `eval_every` iterations and the last.
 
     Returns per-iteration metrics (n, T[, h]), eval_iteration (E,), eval_reward (n, E),
     for the n = padded agents (callers drop the padding), and timings. fast_compile:
@@ -309,7 +382,9 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     compilation, slower steps: for tiny runs). checkpoint: saved after every segment and
     resumed from when present, so a killed unit continues from its last segment with
     bit-identical results. which: (n,) int32 method of every agent when the learner's
-    tuner is stacked (hcjax.tuners.stacked), None otherwise.
+    tuner is stacked (hcjax.tuners.stacked), None otherwise. population: a population
+    method stepped every `population.ready` iterations (the lineage lands in the
+    returned "lineage_*" arrays).
     """
     import jax
     import jax.numpy as jnp
@@ -341,17 +416,26 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
                        out_shardings=agents)
     programs = {}
 
+    def start_state():
+        state = compiled(init, *init_args, fast=True)(*init_args)  # runs once: optimising it is not worth its compile time
+        return state if population is None else population.init(state)
+
     t0 = time.perf_counter()
-    like = jax.eval_shape(init, *init_args)
+    like = jax.eval_shape(init, *init_args)  # the learner state, or (learner state, population state):
+    like = like if population is None else jax.eval_shape(population.init, like)
     resumed = checkpoint.load(like) if checkpoint is not None else None
     if resumed is None:
-        state = compiled(init, *init_args, fast=True)(*init_args)  # runs once: optimising it is not worth its compile time
+        tree = start_state()
         record = Record()
     else:
         leaves, record = resumed
-        state = jax.tree.unflatten(jax.tree.structure(like), [
-            jax.make_array_from_callback(leaf.shape, agents, lambda index, leaf=leaf: leaf[index]) for leaf in leaves])
+        n_agent_leaves = len(jax.tree.leaves(like if population is None else like[0]))
+        shardings = [agents] * n_agent_leaves + [scalar] * (len(leaves) - n_agent_leaves)  # population: replicated
+        tree = jax.tree.unflatten(jax.tree.structure(like), [
+            jax.make_array_from_callback(leaf.shape, sh, lambda index, leaf=leaf: leaf[index])
+            for leaf, sh in zip(leaves, shardings)])
         on_segment(record.done)
+    state, pop_state = (tree, None) if population is None else tree
     an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
     evaluate = compiled(evaluate, state, keys, an_int, fast=fast_compile)
 
@@ -362,22 +446,31 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
             programs[length] = compiled(program, state, an_int, fast=fast_compile)
         return programs[length]
 
-    for length in segments(iterations, eval_every)[len(record.seg_times):]:
+    ready = population.ready if population is not None else None
+    for length in segments(iterations, eval_every, ready)[len(record.seg_times):]:
         ts = time.perf_counter()
         start = jax.device_put(jnp.asarray(record.done, jnp.int32), scalar)
         state, metrics = segment(length)(state, start)
         metrics = {k: to_host(v) for k, v in metrics.items()}
         done = record.done + length
-        reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
-        record.add(length, metrics, reward, time.perf_counter() - ts)
+        reward = None
+        if done % eval_every == 0 or done == iterations:
+            reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
+        record.add(length, metrics, reward, 0.0)
+        if population is not None and done % ready == 0 and done < iterations:
+            objectives = population.objective_of(record.metrics())
+            state, pop_state, parents = population.step(state, pop_state, done, jnp.asarray(objectives, jnp.float32))
+            record.lineage.append((done, to_host(parents), np.asarray(objectives, np.float32)))
+        record.seg_times[-1] = time.perf_counter() - ts
         if checkpoint is not None:
-            checkpoint.save(state, record)
+            checkpoint.save(state if population is None else (state, pop_state), record)
         on_segment(length)
     out = record.metrics()
     out["eval_iteration"] = np.asarray(record.eval_its, np.int32)
     out["eval_reward"] = record.eval_reward().astype(np.float32)
     out["train_seconds"] = time.perf_counter() - t0
     out["segment_seconds"] = np.asarray(record.seg_times)
+    out.update(record.lineage_arrays())
     return out
 
 
@@ -482,29 +575,34 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
 
     from agents import envs
     from agents.ppo import PPOConfig, make_learner
-    from hcjax import make_tuner
     from hcjax.tuners.stacked import stack
 
     p = plan.preset
     t0 = time.perf_counter()
     environment = envs.make(env.make)
-    tuners = [make_tuner(m, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, m)) for m in methods]
-    tuner = tuners[0] if len(methods) == 1 else stack(tuners)
-    learner = make_learner(PPOConfig(**ppo_options(plan, env)), environment, tuner)
+    config = PPOConfig(**ppo_options(plan, env))
+    tuners = [make_method(plan, m, memory_limit_gib) for m in methods]
+    population = None
+    if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
+        learner = make_learner(config, environment, tuners[0])
+        population = PopulationLoop(learner, tuners[0], p.tune_every, objective_for(methods[0], config.objective,
+                                                                                     p.tune_every))
+    else:
+        learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
     S, M = p.seeds, len(methods)
     seeds = np.arange(S)
     if environment.host:
         if M > 1:
             raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
         ids, n_dev = seeds, 1
-        out = run_host_unit(learner, tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint)
+        out = run_host_unit(learner, learner.tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint)
     else:
         n_dev = len(jax.devices())
         n = padded_count(M * S, n_dev)
         ids = np.concatenate([np.tile(seeds, M), S + np.arange(n - M * S)])
         which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
-                           checkpoint=checkpoint, which=which if M > 1 else None)
+                           checkpoint=checkpoint, which=which if M > 1 else None, population=population)
     train_seconds = float(out["train_seconds"])
     results = []
     for m, (method, sub) in enumerate(zip(methods, tuners)):
@@ -513,7 +611,11 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         def cut(name, dtype):
             return np.asarray(out[name][rows], dtype)
 
-        tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every)
+        if population is None:
+            tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every)
+        else:
+            tuner_time = measure_population_time(sub, out["lineage_iteration"], out["lineage_objective"],
+                                                 p.iterations)
         meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
                     config=unit_config(plan, env, method), hparam_names=list(sub.space.names),
                     n_agents=int(len(ids)), n_devices=int(n_dev), devices=[str(d) for d in jax.devices()],
@@ -531,8 +633,54 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
             hparams=cut("hparams", np.float32), frames=cut("frames", np.int64), rejected=cut("rejected", np.int32),
             episode_return=cut("episode_return", np.float32),
             eval_iteration=np.asarray(out["eval_iteration"], np.int32), eval_reward=cut("eval_reward", np.float32),
-            tuner_time=tuner_time.astype(np.float64), meta=meta))
+            tuner_time=tuner_time.astype(np.float64), meta=meta,
+            **({} if population is None else dict(
+                lineage_iteration=np.asarray(out["lineage_iteration"], np.int32),
+                lineage_parent=np.asarray(out["lineage_parent"], np.int32),
+                lineage_objective=np.asarray(out["lineage_objective"], np.float32)))))
     return results
+
+
+def is_population(method: str) -> bool:
+    """A population method (hcjax.populations()) rather than a per-agent tuner."""
+    from hcjax import populations
+
+    return method in populations()
+
+
+def make_method(plan: Plan, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):
+    """The Tuner or Population of `method` with this study's options."""
+    from hcjax import make_population, make_tuner
+
+    make = make_population if is_population(method) else make_tuner
+    return make(method, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
+
+
+def measure_population_time(population, iterations: np.ndarray, objectives: np.ndarray, T: int) -> np.ndarray:
+    """(T,) seconds of the population's init (charged to iteration 0) and of each of its
+    steps (charged to the iteration it followed), replayed on the host CPU with the
+    run's objectives (n, K), jitted, compilation excluded by a warm-up."""
+    import jax
+    import jax.numpy as jnp
+
+    n = objectives.shape[0]
+    times = np.zeros(T)
+    with jax.default_device(jax.devices("cpu")[0]):
+        init = jax.jit(population.init, static_argnums=1)
+        step = jax.jit(population.step)
+        key = jax.random.PRNGKey(0)
+        state, _ = jax.block_until_ready(init(key, n))  # warm-up (compiles)
+        cols = [jnp.asarray(objectives[:, k], jnp.float32) for k in range(objectives.shape[1])]
+        if cols:
+            jax.block_until_ready(step(state, key, cols[0]))
+        t0 = time.perf_counter()
+        state, _ = jax.block_until_ready(init(key, n))
+        times[0] = time.perf_counter() - t0
+        for k, it in enumerate(iterations):
+            t0 = time.perf_counter()
+            state, _, _ = jax.block_until_ready(step(state, jax.random.fold_in(key, int(it)), cols[k]))
+            times[min(int(it), T) - 1] += time.perf_counter() - t0
+    return times
 
 
 # ---- the study ---------------------------------------------------------------------------
@@ -620,11 +768,14 @@ def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progres
 
 def unit_groups(plan: Plan) -> list[tuple[EnvChoice, list[str]]]:
     """(env, methods) run as one program each: every method alone, or, with the study's
-    fuse_methods, all methods of a JAX environment together (compiled once)."""
+    fuse_methods, all per-agent methods of a JAX environment together (compiled once);
+    population methods always run alone."""
     groups = []
     for env in plan.envs:
-        if plan.preset.fuse_methods and env.path != "gymnasium":
-            groups.append((env, list(plan.preset.methods)))
+        fused = [m for m in plan.preset.methods if not is_population(m)]
+        if plan.preset.fuse_methods and env.path != "gymnasium" and len(fused) > 1:
+            groups.append((env, fused))
+            groups += [(env, [m]) for m in plan.preset.methods if is_population(m)]
         else:
             groups += [(env, [m]) for m in plan.preset.methods]
     return groups

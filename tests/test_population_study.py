@@ -1,0 +1,130 @@
+"""Population methods in PPO and the study: the exploit step on real learner states, a
+population unit's checkpoint and resume, lineage on disk and in the figures."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hcjax
+from agents import envs, ppo
+from experiments import cli, presets, runner, studyfile
+from experiments import results as R
+
+SPACE = hcjax.ppo_space(batch_size=(16, 32))
+CONFIG = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), tune_every=2,
+                       objective="return_change", eval_steps=50)
+STUDY = """
+envs = ["CartPole-v1"]
+methods = ["pbt", "pb2_population"]
+seeds = 4
+iterations = 6
+eval_every = 3
+tune_every = 2
+fast_compile = true
+
+[ppo]
+num_envs = 4
+hidden_sizes = [8]
+update_epochs = 1
+num_minibatches = 2
+objective = "return_change"
+eval_steps = 50
+
+[[space]]
+name = "learning_rate"
+low = 1e-4
+high = 1e-2
+scale = "log"
+
+[[space]]
+name = "batch_size"
+low = 16
+high = 32
+integer = true
+
+[tuner.pbt]
+quantile = 0.25
+"""
+
+
+def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values():
+    population = hcjax.make_population("pbt", SPACE, quantile=0.25)
+    learner = ppo.make_learner(CONFIG, envs.make("CartPole-v1"), population)
+    loop = runner.PopulationLoop(learner, population, 2, lambda metrics: None)
+    state = jax.jit(jax.vmap(learner.init))(jax.random.split(jax.random.PRNGKey(0), 4))
+    state, pop_state = loop.init(state)
+    state, _ = jax.jit(jax.vmap(lambda s: learner.iterate(s, 2, 0)))(state)  # agents now differ
+    before = jax.tree.map(np.asarray, state)
+    # agent 0 is worst, agent 3 best: with 4 agents and quantile 0.25, agent 0 takes agent 3's network
+    state, pop_state, parents = loop.step(state, pop_state, 2, jnp.asarray([0.0, 1.0, 2.0, 3.0]))
+    parents = np.asarray(parents)
+    assert parents.tolist() == [3, 1, 2, 3]
+    def copied(s):  # the optimiser's moments and count; its injected hyperparameters are checked below
+        return dict(params=s.params, obs_stats=s.obs_stats, adam=s.opt_state.inner_state, count=s.opt_state.count)
+
+    for a, b in zip(jax.tree.leaves(copied(state)), jax.tree.leaves(copied(before))):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_array_equal(a[0], b[3])  # the donor's, exactly
+        np.testing.assert_array_equal(a[1:], b[1:])  # the others untouched
+    hparams = np.asarray(state.hparams)
+    assert not np.array_equal(hparams[0], before.hparams[0])  # explored from the donor's values
+    np.testing.assert_array_equal(hparams[1:], before.hparams[1:])
+    lr = np.asarray(state.opt_state.hyperparams["learning_rate"])
+    np.testing.assert_allclose(lr, hparams[:, 0], rtol=1e-6)  # the optimiser uses the new values
+    np.testing.assert_array_equal(np.asarray(state.env_state.time), before.env_state.time)  # envs stay
+
+
+def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path):
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pb2_population"])
+    env = plan.envs[0]
+    key = runner.unit_keys(plan)[(env.label, "pb2_population")]
+
+    def run(store, stop_after=None):
+        seen = []
+
+        def on_segment(k):
+            seen.append(k)
+            if stop_after is not None and len(seen) == stop_after:
+                raise KeyboardInterrupt
+
+        checkpoint = runner.Checkpoint(store, env.label, "pb2_population", key, lambda msg: None)
+        return runner.run_units(plan, env, ["pb2_population"], {"pb2_population": key}, on_segment=on_segment,
+                                checkpoint=checkpoint)[0]
+
+    whole = run(R.StudyDir(tmp_path / "whole"))
+    store = R.StudyDir(tmp_path / "killed")
+    with pytest.raises(KeyboardInterrupt):
+        run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
+    with np.load(store.checkpoint_path(env.label, "pb2_population")) as z:
+        assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
+    resumed = run(store)
+    for name in R.SEED_METRICS + ("eval_reward",) + R.LINEAGE:
+        np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name), err_msg=name)
+    assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)
+
+
+def test_a_study_with_population_methods_saves_lineage_and_draws_it(tmp_path, capsys):
+    path = tmp_path / "pop.toml"
+    path.write_text(STUDY)
+    out = tmp_path / "out"
+    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    units = {u.meta["method"]: u for u in R.StudyDir(out).units()}
+    for method in ("pbt", "pb2_population"):
+        u = units[method]
+        assert u.lineage_iteration.tolist() == [2, 4] and u.lineage_parent.shape == (4, 2)
+        assert u.lineage_objective.shape == (4, 2)
+        parents = u.lineage_parent
+        assert np.all((parents >= 0) & (parents < 4))
+        assert np.sum(parents != np.arange(4)[:, None]) >= 1  # quantile 0.25 of 4: one copy per step
+        png = out / "figures" / f"lineage_CartPole-v1__{method}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert u.tuner_time.shape == (6,) and u.tuner_time.sum() > 0
+
+
+def test_population_methods_are_refused_where_they_cannot_run(capsys, tmp_path):
+    code = cli.main(["run", "--preset", "smoke", "--envs", "BipedalWalker-v3", "--methods", "pbt",
+                     "--out", str(tmp_path)])
+    assert code == 2 and "population methods ['pbt'] run on JAX environments only" in capsys.readouterr().err
