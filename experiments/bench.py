@@ -3,7 +3,8 @@
 The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
 
     experiments.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
-    experiments.bench_tuners      decision cost of every tuner vs batch and buffer size
+    experiments.bench_tuners      decision cost of every tuner vs batch and buffer size, HostTuner
+    experiments.bench_population  one population step + exploit for 64-1024 PPO agents, Ray Tune PBT
     experiments.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
@@ -24,7 +25,7 @@ from pathlib import Path
 from experiments import deps
 from experiments import results as R
 
-SCRIPTS = ("bench_controller", "bench_tuners", "bench_ppo")  # quickest first
+SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo")  # quickest first
 
 
 class _Tee(io.StringIO):
