@@ -341,12 +341,12 @@ class PopulationLoop:
             return jax.vmap(learner.set_hparams)(state, values), pop_state
 
         def step(state, pop_state, done, objectives):
-            from hcjax.population import exploit
+            from hcjax.population.exploit import exploit_in_place
 
             pop_state, values, parents = population.step(pop_state, jax.random.fold_in(self.key, done), objectives)
-            if copy:
+            if copy:  # only the replaced rows are written, in place (the state is donated)
                 fields = ("params", "opt_state", "obs_stats", "prev_reward", "has_reward", "prev_return", "has_return")
-                copied = exploit({f: getattr(state, f) for f in fields}, parents)
+                copied = exploit_in_place({f: getattr(state, f) for f in fields}, parents)
                 state = state.replace(**copied)
             return jax.vmap(learner.set_hparams)(state, values), pop_state, parents
 
