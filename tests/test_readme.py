@@ -64,3 +64,11 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     command = re.search(r'pip install -e "\.\[dev\]" && (python -m pytest[^\n`]*)', readme).group(1).strip()
     assert command in ci.splitlines()
+
+
+def test_readme_population_example_runs(capsys):
+    namespace = run_block('make_population("pbt"')
+    losses = np.asarray(namespace["losses"])
+    assert losses.shape == (30, 32)
+    assert np.median(losses[-1]) < 0.01 * np.median(losses[0])  # the population found a working learning rate
+    assert capsys.readouterr().out.splitlines()[0] == "(30, 32)"
