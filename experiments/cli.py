@@ -36,6 +36,7 @@ KNOWN_WARNINGS = (
     (UserWarning, r"Brax System, piplines and environments are not actively being maintained"),
     (DeprecationWarning, r"JAXopt is no longer maintained"),
     (DeprecationWarning, r"builtin type (SwigPyPacked|SwigPyObject|swigvarlink) has no __module__ attribute"),
+    (DeprecationWarning, r".*The environment \S+ is out of date"),  # gymnasium, for the paper's -v4 tasks
 )
 
 

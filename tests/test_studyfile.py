@@ -1,6 +1,7 @@
 """Studies as data: study files (TOML) <-> presets, `--config`, `--space`, `--envs` by registry name."""
 from __future__ import annotations
 
+import pathlib
 import time
 
 import numpy as np
@@ -138,3 +139,12 @@ def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
         for name in R.SEED_METRICS + ("eval_reward",):
             np.testing.assert_array_equal(getattr(units["true"][method], name), getattr(units["false"][method], name),
                                           err_msg=f"{method} {name}")
+
+
+@pytest.mark.parametrize("path", sorted((pathlib.Path(__file__).resolve().parents[1] / "experiments").glob("*/*.toml")),
+                         ids=lambda p: p.name)
+def test_every_committed_study_file_resolves(path):
+    plan = presets.resolve(studyfile.load(path))
+    from experiments import runner
+
+    runner.check(plan)  # PPO and tuner options, the space, memory: everything but running
