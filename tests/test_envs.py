@@ -387,6 +387,8 @@ def test_gymnasium_host_smoke_hypercontroller():
     cfg = PPOConfig(num_iterations=6, num_envs=2, num_minibatches=2, update_epochs=2, hidden_sizes=(32, 32),
                     tune_every=2, eval_steps=30)
     keys = jax.random.split(jax.random.PRNGKey(4), 2)
-    result = driver.run(cfg, env, tuner, keys, eval_every=3)
+    result = driver.run(cfg, env, tuner, keys, eval_every=4)
+    # every 4 iterations and after the last, although 6 is no multiple of 4
+    assert result.eval_iterations.tolist() == [4, 6]
     assert result.eval_returns.shape == (2, 2) and np.all(np.isfinite(result.eval_returns))
     check_hparams_used(result, tuner, keys, cfg, host=True)
