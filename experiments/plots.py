@@ -469,7 +469,8 @@ def figure_lineage(unit: R.UnitResult, path) -> Path:
         ax.grid(alpha=0.3)
     copies = int(np.sum(unit.lineage_parent != np.arange(S)[:, None])) if unit.lineage_parent.size else 0
     axes[0, 0].set_title(f"{unit.meta['env']} / {unit.meta['method']}: {S} agents, {len(unit.lineage_iteration)} "
-                         f"population steps, {copies} copies (arrows: donor's value -> the copy's new value)")
+                         f"population steps, {copies} copies\n(an arrow: from the donor's value to the copy's new "
+                         f"value)", fontsize=10)
     axes[-1, 0].set_xlabel("iteration")
     fig.tight_layout()
     return _save(fig, path, plt)
