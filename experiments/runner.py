@@ -28,6 +28,7 @@ in parallel, and at most that times the seed count on a serial one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -137,20 +138,29 @@ def agent_bytes(config, env: EnvChoice, space) -> int:
     """Estimated bytes of one agent, tuner excluded: its learner state (shapes traced with
     jax.eval_shape, nothing allocated), the trajectory of the largest batch, both times
     WORKSPACE_FACTOR, and the metrics kept on the host for every iteration."""
+    from agents.ppo import METRIC_KEYS
+
+    state_bytes, per_iteration = _learner_bytes(config, env.make, space.hyperparameters)
+    metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
+    return WORKSPACE_FACTOR * (state_bytes + per_iteration) + metrics
+
+
+@functools.lru_cache(maxsize=64)
+def _learner_bytes(config, make: str, hyperparameters) -> tuple[int, int]:
+    """(learner state bytes, trajectory bytes of one iteration) of one agent; cached per
+    process (building a Brax environment takes seconds)."""
     import jax
 
     from agents import envs
-    from agents.ppo import METRIC_KEYS, make_learner
-    from hcjax import make_tuner
+    from agents.ppo import make_learner
+    from hcjax import Space, make_tuner
 
-    environment = envs.make(env.make)
-    learner = make_learner(config, environment, make_tuner("fixed", space))
+    environment = envs.make(make)
+    learner = make_learner(config, environment, make_tuner("fixed", Space(hyperparameters)))
     state = jax.eval_shape(learner.init, jax.random.PRNGKey(0))
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     per_step = 2 * environment.obs_size + max(environment.action_size, 1) + 10  # obs, normalised obs, action, scalars
-    trajectory = 4 * learner.max_steps * config.num_envs * per_step
-    metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
-    return WORKSPACE_FACTOR * (state_bytes + trajectory) + metrics
+    return state_bytes, 4 * learner.max_steps * config.num_envs * per_step
 
 
 # ---- devices -----------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_cli_rejects_bad_configuration_before_compiling(argv, words, capsys, tmp
     for w in words:
         assert w in err
     assert not (tmp_path / "x").exists()
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 30.0  # validation only: a compile alone takes longer
 
 
 def test_presets_are_sized_as_documented():

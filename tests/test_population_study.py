@@ -77,9 +77,9 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
 
 
 def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path):
-    plan = presets.resolve(studyfile.loads(STUDY), methods=["pb2_population"])
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
     env = plan.envs[0]
-    key = runner.unit_keys(plan)[(env.label, "pb2_population")]
+    key = runner.unit_keys(plan)[(env.label, "pbt")]
 
     def run(store, stop_after=None):
         seen = []
@@ -89,15 +89,15 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path)
             if stop_after is not None and len(seen) == stop_after:
                 raise KeyboardInterrupt
 
-        checkpoint = runner.Checkpoint(store, env.label, "pb2_population", key, lambda msg: None)
-        return runner.run_units(plan, env, ["pb2_population"], {"pb2_population": key}, on_segment=on_segment,
+        checkpoint = runner.Checkpoint(store, env.label, "pbt", key, lambda msg: None)
+        return runner.run_units(plan, env, ["pbt"], {"pbt": key}, on_segment=on_segment,
                                 checkpoint=checkpoint)[0]
 
     whole = run(R.StudyDir(tmp_path / "whole"))
     store = R.StudyDir(tmp_path / "killed")
     with pytest.raises(KeyboardInterrupt):
         run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
-    with np.load(store.checkpoint_path(env.label, "pb2_population")) as z:
+    with np.load(store.checkpoint_path(env.label, "pbt")) as z:
         assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
     resumed = run(store)
     for name in R.SEED_METRICS + ("eval_reward",) + R.LINEAGE:
