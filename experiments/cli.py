@@ -365,6 +365,8 @@ COMMANDS = {"run": cmd_run, "plot": cmd_plot, "bench": cmd_bench, "info": cmd_in
 
 
 def main(argv: list[str] | None = None) -> int:
+    import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: ours go before it)
+
     for category, message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()

@@ -250,6 +250,17 @@ def test_the_cli_filters_known_third_party_warnings_and_the_library_does_not(cap
     assert [str(w.message) for w in seen] == [brax, "something else"]
 
 
+def test_the_cli_filter_outlasts_gymnasiums_own_filter():
+    """gymnasium.logger puts a DeprecationWarning filter first when it is imported (lazily, after
+    the CLI set its filters): an out-of-date gymnasium id still makes no warning under the CLI."""
+    script = ("from experiments import cli; cli.main(['presets']); import gymnasium; "
+              "gymnasium.make('CartPole-v0').close(); print('made')")
+    done = subprocess.run([sys.executable, "-W", "default", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert done.returncode == 0 and "made" in done.stdout, done.stderr
+    assert "out of date" not in done.stderr, done.stderr
+
+
 # ---- dependencies ---------------------------------------------------------------------------
 
 
