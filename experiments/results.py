@@ -8,7 +8,8 @@ ask it, neither spells a path):
                                   start time; previous runs' headers under `runs`
     units/<env>__<method>.npz     one finished unit, see `UnitResult`
     units/corrupt/                unreadable unit files moved aside (recomputed on resume)
-    checkpoints/<unit>.npz        the training state of the unit in flight (see runner)
+    checkpoints/<unit>.npz        the training state of the unit in flight (see runner); the
+                                  directory is removed once no checkpoint is left
     run.log                       every run's log lines and full tracebacks, appended
     .lock                         held by the one process writing the directory
     figures/, tables/, report.md  written by `hcjax plot`
@@ -375,7 +376,11 @@ class StudyDir:
             return None
 
     def remove_checkpoint(self, env: str, method: str) -> None:
-        self.checkpoint_path(env, method).unlink(missing_ok=True)
+        """Delete a unit's checkpoint, and the checkpoint directory once it is empty."""
+        path = self.checkpoint_path(env, method)
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # another unit's checkpoint is still there
+            path.parent.rmdir()
 
     def save_unit(self, result: UnitResult) -> Path:
         """Write one unit atomically; returns its path."""

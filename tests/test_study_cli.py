@@ -379,4 +379,4 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     b = store.units()[0]
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{name} (killed after {done})")
-    assert not ckpt.exists()
+    assert not ckpt.exists() and not ckpt.parent.exists()  # the empty checkpoint directory goes too
