@@ -54,30 +54,72 @@ class Tuner(NamedTuple):
     memory_bytes: int
 
 
-_REGISTRY: dict[str, Callable[..., Tuner]] = {}
+class Registry:
+    """Named factories `factory(space, **options, memory_limit_gib=...)`, with the checks
+    every `make_*` shares: a known name, an `hcjax.Space`, known options (a factory's
+    keyword arguments after `space`) and a valid `memory_limit_gib`. `maker` names the
+    public function in messages, `what` the kind of method; `load` imports the modules
+    whose decorators register (called before any look-up)."""
+
+    def __init__(self, maker: str, what: str, load: Callable[[], None] = lambda: None):
+        self.maker, self.what, self._load = maker, what, load
+        self._factories: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str):
+        """Decorator: register `factory(space, **options) -> method` under `name`."""
+
+        def wrap(factory):
+            self._factories[name] = factory
+            return factory
+
+        return wrap
+
+    def names(self) -> tuple[str, ...]:
+        self._load()
+        return tuple(sorted(self._factories))
+
+    def factory(self, name: str) -> Callable[..., Any]:
+        self._load()
+        if not isinstance(name, str) or name not in self._factories:
+            raise ValueError(f"{self.maker}: unknown {self.what} name {name!r}; known: {sorted(self._factories)}")
+        return self._factories[name]
+
+    def options(self, name: str) -> dict[str, Any]:
+        """The keyword options of method `name` and their defaults."""
+        params = list(inspect.signature(self.factory(name)).parameters.values())[1:]
+        return {p.name: p.default for p in params if p.name != "memory_limit_gib"}
+
+    def make(self, name: str, space: Space, memory_limit_gib, options: dict[str, Any]):
+        """The checked call of factory `name` (ValueErrors name the field and what is allowed)."""
+        factory = self.factory(name)
+        if not isinstance(space, Space):
+            raise ValueError(f"{self.maker}: space must be an hcjax.Space, got {type(space).__name__}")
+        allowed = self.options(name)
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ValueError(f"{self.maker}({name!r}): unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+        limit = check_float(f"{self.maker}.memory_limit_gib", memory_limit_gib, 0.0, low_open=True)
+        return factory(space, **options, memory_limit_gib=limit)
 
 
-def register(name: str):
-    """Decorator: register `factory(space, **config) -> Tuner` under `name`."""
+def _load_all():
+    # Importing the modules registers their factories.
+    import hcjax.controller  # noqa: F401
+    import hcjax.tuners  # noqa: F401
 
-    def wrap(factory):
-        _REGISTRY[name] = factory
-        return factory
 
-    return wrap
+TUNERS = Registry("make_tuner", "tuner", _load_all)
+register = TUNERS.register
 
 
 def available() -> tuple[str, ...]:
     """Names accepted by `make_tuner`."""
-    _load_all()
-    return tuple(sorted(_REGISTRY))
+    return TUNERS.names()
 
 
 def options(name: str) -> dict[str, Any]:
     """The keyword options of method `name` and their defaults."""
-    factory = _factory(name)
-    params = list(inspect.signature(factory).parameters.values())[1:]
-    return {p.name: p.default for p in params if p.name != "memory_limit_gib"}
+    return TUNERS.options(name)
 
 
 def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, **config) -> Tuner:
@@ -93,15 +135,7 @@ def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEM
     objective that is not a real scalar (e.g. a list or a (1,) array); under `jax.vmap`
     each agent's objective is a scalar.
     """
-    factory = _factory(name)
-    if not isinstance(space, Space):
-        raise ValueError(f"make_tuner: space must be an hcjax.Space, got {type(space).__name__}")
-    allowed = options(name)
-    unknown = sorted(set(config) - set(allowed))
-    if unknown:
-        raise ValueError(f"make_tuner({name!r}): unknown option(s) {unknown}; allowed: {sorted(allowed)}")
-    limit = check_float("make_tuner.memory_limit_gib", memory_limit_gib, 0.0, low_open=True)
-    tuner = factory(space, **config, memory_limit_gib=limit)
+    tuner = TUNERS.make(name, space, memory_limit_gib, config)
     return tuner._replace(tell=scalar_objective_tell(name, tuner.tell))
 
 
@@ -139,19 +173,6 @@ def scalar_objective_tell(name: str, tell: Callable[[State, jax.Array], State]) 
         return tell(state, objective)
 
     return checked
-
-
-def _factory(name: str):
-    _load_all()
-    if name not in _REGISTRY:
-        raise ValueError(f"make_tuner: unknown tuner name {name!r}; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
-
-
-def _load_all():
-    # Importing the modules registers their factories.
-    import hcjax.controller  # noqa: F401
-    import hcjax.tuners  # noqa: F401
 
 
 def check_int(field: str, value, low: int, high: int | None = None) -> int:

@@ -19,14 +19,13 @@ sharded over devices (see `hcjax.population.exploit`).
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from hcjax.space import Space
-from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, GIB, check_float, check_int
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, GIB, Registry, check_int
 
 State = Any
 
@@ -47,34 +46,18 @@ class Population(NamedTuple):
     memory_bytes: Callable[[int], int]
 
 
-_REGISTRY: dict[str, Callable[..., Population]] = {}
-
-
-def register_population(name: str):
-    """Decorator: register `factory(space, **options) -> Population` under `name`."""
-
-    def wrap(factory):
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
+POPULATIONS = Registry("make_population", "population")
+register_population = POPULATIONS.register
 
 
 def populations() -> tuple[str, ...]:
     """Names accepted by `make_population`."""
-    return tuple(sorted(_REGISTRY))
-
-
-def _factory(name: str):
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"make_population: unknown population name {name!r}; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
+    return POPULATIONS.names()
 
 
 def population_options(name: str) -> dict[str, Any]:
     """The keyword options of population method `name` and their defaults."""
-    params = list(inspect.signature(_factory(name)).parameters.values())[1:]
-    return {p.name: p.default for p in params if p.name != "memory_limit_gib"}
+    return POPULATIONS.options(name)
 
 
 def make_population(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
@@ -84,15 +67,7 @@ def make_population(name: str, space: Space, *, memory_limit_gib: float = DEFAUL
     raises ValueError naming it and the allowed values. `memory_limit_gib`: the most
     memory one population may need (`Population.memory_bytes(n)`), checked by `init`
     before anything is allocated."""
-    factory = _factory(name)
-    if not isinstance(space, Space):
-        raise ValueError(f"make_population: space must be an hcjax.Space, got {type(space).__name__}")
-    allowed = population_options(name)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(f"make_population({name!r}): unknown option(s) {unknown}; allowed: {sorted(allowed)}")
-    limit = check_float("make_population.memory_limit_gib", memory_limit_gib, 0.0, low_open=True)
-    return factory(space, **options, memory_limit_gib=limit)
+    return POPULATIONS.make(name, space, memory_limit_gib, options)
 
 
 def check_population_size(name: str, n) -> int:
