@@ -30,8 +30,25 @@ from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_float, check_int, check_memory, register, valid_objective
 
 
+class ModelViews:
+    """The views V: (..., s, s), B and G: (..., s) of a state's `models` array packed by
+    `pack_models` (s is the length of the state's `window`)."""
+
+    @property
+    def V(self) -> jax.Array:
+        return unpack_models(self.models, self.window.shape[-1])[0]
+
+    @property
+    def B(self) -> jax.Array:
+        return unpack_models(self.models, self.window.shape[-1])[1]
+
+    @property
+    def G(self) -> jax.Array:
+        return unpack_models(self.models, self.window.shape[-1])[2]
+
+
 @struct.dataclass
-class ControllerState:
+class ControllerState(ModelViews):
     """models: (h, d^s, d, s*s + 2s) float32, the ridge model of each (hyperparameter,
     context, arm) packed as [V row-major (s*s) | B (s) | G (s)], so that a decision
     touches one memory line per hyperparameter (three separate arrays made tell
@@ -51,18 +68,6 @@ class ControllerState:
     arms: jax.Array
     t: jax.Array
     n_invalid: jax.Array
-
-    @property
-    def V(self) -> jax.Array:
-        return unpack_models(self.models, self.window.shape[-1])[0]
-
-    @property
-    def B(self) -> jax.Array:
-        return unpack_models(self.models, self.window.shape[-1])[1]
-
-    @property
-    def G(self) -> jax.Array:
-        return unpack_models(self.models, self.window.shape[-1])[2]
 
 
 def pack_models(V: jax.Array, B: jax.Array, G: jax.Array) -> jax.Array:

@@ -39,7 +39,7 @@ from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_float, check_int, valid_
 
 
 @struct.dataclass
-class SharedControllerState:
+class SharedControllerState(C.ModelViews):
     """models: (h, d^s, d, s*s + 2s) shared ridge models packed as in
     `hcjax.controller.ControllerState`; per agent: history (n, h, s) int32 last s arms,
     window (n, s) last s objectives, arms (n, h) int32 arms in effect, t (n,) int32
@@ -51,18 +51,6 @@ class SharedControllerState:
     arms: jax.Array
     t: jax.Array
     n_invalid: jax.Array
-
-    @property
-    def V(self) -> jax.Array:
-        return C.unpack_models(self.models, self.window.shape[-1])[0]
-
-    @property
-    def B(self) -> jax.Array:
-        return C.unpack_models(self.models, self.window.shape[-1])[1]
-
-    @property
-    def G(self) -> jax.Array:
-        return C.unpack_models(self.models, self.window.shape[-1])[2]
 
 
 @register_population("hypercontroller_shared")
