@@ -149,6 +149,10 @@ LEARNING_SPACE = (
     dict(name="gae_lambda", low=0.9, high=1.0, default=0.95),
     dict(name="batch_size", low=256, high=2048, integer=True, default=1024),
 )
+# Their PPO settings and GP buffers (100 points: every observation of a 100-iteration run).
+LEARNING_PPO = dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
+                    eval_steps=1000)
+LEARNING_TUNER = dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100))
 GPU_PATHS = {
     "HalfCheetah-v4": ("halfcheetah", "Brax (spring): jitted and vmapped with the agents on the GPU"),
     "Pusher-v4": ("pusher", "Brax (spring): jitted and vmapped with the agents on the GPU"),
@@ -235,9 +239,8 @@ PRESETS: dict[str, Preset] = {
         eval_every=10,
         tune_every=5,
         space=LEARNING_SPACE,
-        ppo=dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
-                 eval_steps=1000),
-        tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
+        ppo=LEARNING_PPO,
+        tuner=LEARNING_TUNER,
         env_ppo={"CartPole-v1": dict(objective="return_change", eval_steps=500),
                  "Acrobot-v1": dict(objective="return_change", eval_steps=500),
                  "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200)},
@@ -269,9 +272,8 @@ PRESETS: dict[str, Preset] = {
         eval_every=20,
         tune_every=5,
         space=LEARNING_SPACE,
-        ppo=dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
-                 eval_steps=1000),
-        tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
+        ppo=LEARNING_PPO,
+        tuner=LEARNING_TUNER,
         paths=GPU_PATHS,
         fuse_methods=True,
         description="the paper's tasks that have a JAX version (Brax halfcheetah, pusher, inverted_double_pendulum, "
