@@ -9,45 +9,15 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from experiments import results as R
+from tests.cli_runs import cartpole_study, finish, hcjax, wait_for_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
-STUDY = """
-envs = ["CartPole-v1"]
-methods = ["hypercontroller"]
-seeds = 3
-iterations = 8
-eval_every = 2
-tune_every = 2
-fast_compile = true
-
-[ppo]
-num_envs = 4
-hidden_sizes = [16]
-update_epochs = 1
-num_minibatches = 2
-objective = "return_change"
-eval_steps = 100
-
-[[space]]
-name = "learning_rate"
-low = 1e-4
-high = 1e-2
-scale = "log"
-
-[[space]]
-name = "batch_size"
-low = 16
-high = 64
-integer = true
-"""
+STUDY = cartpole_study(["hypercontroller"], seeds=3, iterations=8, eval_every=2)
 
 
 def free_port() -> int:
@@ -57,25 +27,12 @@ def free_port() -> int:
 
 
 def start(study: Path, out: Path, process: int | None = None, port: int | None = None) -> subprocess.Popen:
-    """`hcjax run --config study --out out`, alone or as process `process` of two."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
-    args = [sys.executable, "-m", "experiments", "run", "--config", str(study), "--out", str(out), "--no-plot",
-            "--no-progress"]
+    """`hcjax run --config study --out out` on one CPU device, alone or as process `process` of two."""
+    args = ["run", "--config", study, "--out", out, "--no-plot", "--no-progress"]
     if process is not None:
         args += ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                 "--process-id", str(process)]
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-
-def finish(*procs, timeout=300) -> list[str]:
-    logs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        assert p.returncode == 0, out
-        logs.append(out)
-    return logs
+                 "--process-id", process]
+    return hcjax(args, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +44,8 @@ def runs(tmp_path_factory):
     port = free_port()
     pair = [start(study, tmp / "two", i, port) for i in (0, 1)]
     alone = start(study, tmp / "one")
-    logs = finish(*pair)
-    finish(alone)
+    logs = [finish(p, 300) for p in pair]
+    finish(alone, 300)
     return tmp, study, logs
 
 
@@ -118,17 +75,7 @@ def test_killing_one_process_then_restarting_both_resumes(runs):
     ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
     port = free_port()
     pair = [start(study, out, i, port) for i in (0, 1)]
-    deadline = time.time() + 300
-    while True:
-        assert all(p.poll() is None for p in pair), [p.communicate()[0] for p in pair]
-        assert time.time() < deadline, "no checkpoint in time"
-        try:
-            with np.load(ckpt) as z:
-                if int(z["record/done"]) >= 4:
-                    break
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.05)
+    wait_for_checkpoint(pair, ckpt, 4)
     os.killpg(pair[1].pid, signal.SIGKILL)
     try:  # process 0 fails or waits for its peer: either way it is stopped before the restart
         pair[0].communicate(timeout=30)
@@ -137,7 +84,7 @@ def test_killing_one_process_then_restarting_both_resumes(runs):
         pair[0].communicate()
     assert ckpt.exists() and not store.unit_path("CartPole-v1", "hypercontroller").exists()
     port = free_port()
-    logs = finish(*[start(study, out, i, port) for i in (0, 1)])
+    logs = [finish(p, 300) for p in [start(study, out, i, port) for i in (0, 1)]]
     assert "resume CartPole-v1 / hypercontroller from its checkpoint after iteration" in logs[0]
     resumed, one = store.units()[0], R.StudyDir(tmp / "one").units()[0]
     for name in R.SEED_METRICS + ("eval_reward",):

@@ -7,35 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from experiments import cli, deps, presets
 from experiments import results as R
+from tests.cli_runs import finish, hcjax, wait_for_file
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--preset", "smoke", "--envs", "CartPole-v1", "--iterations", "10", "--no-progress"]
-
-
-def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
-    """Start `python -m experiments ARGS` in a subprocess (optionally with N forced CPU devices)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("XLA_FLAGS", None)
-    if devices is not None:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return subprocess.Popen([sys.executable, "-m", "experiments", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out
-    return out
 
 
 # ---- configuration ------------------------------------------------------------------------
@@ -119,11 +100,7 @@ def resumed_study(tmp_path_factory):
     first = store.unit_path("CartPole-v1", "fixed")
     second = store.unit_path("CartPole-v1", "hypercontroller")
     proc = hcjax(args, start_new_session=True)
-    deadline = time.time() + 240
-    while not first.exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.time() < deadline, "the first unit was not written in time"
-        time.sleep(0.1)
+    wait_for_file(proc, first)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert proc.returncode == -signal.SIGKILL

@@ -11,42 +11,13 @@ import hcjax
 from agents import envs, ppo
 from experiments import cli, presets, runner, studyfile
 from experiments import results as R
+from tests.cli_runs import cartpole_study
 
 SPACE = hcjax.ppo_space(batch_size=(16, 32))
 CONFIG = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), tune_every=2,
                        objective="return_change", eval_steps=50)
-STUDY = """
-envs = ["CartPole-v1"]
-methods = ["pbt", "pb2_population"]
-seeds = 4
-iterations = 6
-eval_every = 3
-tune_every = 2
-fast_compile = true
-
-[ppo]
-num_envs = 4
-hidden_sizes = [8]
-update_epochs = 1
-num_minibatches = 2
-objective = "return_change"
-eval_steps = 50
-
-[[space]]
-name = "learning_rate"
-low = 1e-4
-high = 1e-2
-scale = "log"
-
-[[space]]
-name = "batch_size"
-low = 16
-high = 32
-integer = true
-
-[tuner.pbt]
-quantile = 0.25
-"""
+STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=3, hidden=8, batch_high=32,
+                       eval_steps=50, extra="\n[tuner.pbt]\nquantile = 0.25\n")
 
 
 def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values():

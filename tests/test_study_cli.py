@@ -25,9 +25,9 @@ import pytest
 from experiments import cli, deps, runner
 from experiments import results as R
 from experiments.progress import Progress
+from tests.cli_runs import ROOT, cartpole_study, hcjax, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
-ROOT = Path(__file__).resolve().parent.parent
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
 
 
@@ -101,16 +101,8 @@ def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
     unit: exit 130 after the first unit was saved, and nothing of the group survives."""
     out = tmp_path / "s"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "experiments", *MINI, "--methods", "fixed", "random",
-                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    first = R.StudyDir(out).unit_path("CartPole-v1", "fixed")
-    deadline = time.time() + 240
-    while not first.exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.time() < deadline, "the first unit was not written in time"
-        time.sleep(0.1)
+    proc = hcjax([*MINI, "--methods", "fixed", "random", "--out", out], start_new_session=True)
+    wait_for_file(proc, R.StudyDir(out).unit_path("CartPole-v1", "fixed"))
     os.killpg(proc.pid, signal.SIGINT)
     log, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, log
@@ -297,35 +289,7 @@ def test_a_study_too_large_for_memory_is_refused_before_any_work(flag, value, tm
 
 # ---- checkpoints inside a unit -------------------------------------------------------------------
 
-CHECKPOINTED = """
-envs = ["CartPole-v1"]
-methods = ["hypercontroller"]
-seeds = 2
-iterations = 10
-eval_every = 2
-tune_every = 2
-fast_compile = true
-
-[ppo]
-num_envs = 4
-hidden_sizes = [16]
-update_epochs = 1
-num_minibatches = 2
-objective = "return_change"
-eval_steps = 100
-
-[[space]]
-name = "learning_rate"
-low = 1e-4
-high = 1e-2
-scale = "log"
-
-[[space]]
-name = "batch_size"
-low = 16
-high = 64
-integer = true
-"""
+CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2)
 
 
 def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
@@ -336,32 +300,16 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
 
     study = tmp_path / "study.toml"
     study.write_text(CHECKPOINTED)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def start(out):
-        return subprocess.Popen([sys.executable, "-m", "experiments", "run", "--config", str(study), "--out", str(out),
-                                 "--no-plot", "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True)
 
     reference = start(tmp_path / "ref")
     k = random.Random().randint(1, 4)
     killed = start(tmp_path / "k")
     store = R.StudyDir(tmp_path / "k")
     ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
-    deadline, seen = time.time() + 300, None
-    while True:  # every save is an atomic rename (a new inode): read each checkpoint once, at once
-        assert killed.poll() is None, killed.communicate()[0]
-        assert time.time() < deadline, "no checkpoint in time"
-        try:
-            inode = os.stat(ckpt).st_ino
-            if inode != seen:
-                with np.load(ckpt) as z:
-                    if int(z["record/done"]) >= 2 * k:
-                        break
-                seen = inode
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.001)
+    wait_for_checkpoint([killed], ckpt, 2 * k)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
     with np.load(ckpt) as z:

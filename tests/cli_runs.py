@@ -1,0 +1,96 @@
+"""For tests that run the `hcjax` command in a subprocess: start it, wait for what it
+writes, finish it; and the small CartPole study files they run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
+    """Start `python -m experiments ARGS` (stdout and stderr together, as text), with one
+    CPU device or `devices` forced ones; `kw` goes to Popen (e.g. start_new_session)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("XLA_FLAGS", None)
+    if devices is not None:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return subprocess.Popen([sys.executable, "-m", "experiments", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    """The output of a run that must exit 0."""
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def wait_for_file(proc: subprocess.Popen, path: Path, timeout: float = 240) -> None:
+    """Return once `path` exists; fail if `proc` exits first or time runs out."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() < deadline, f"{path.name} was not written in time"
+        time.sleep(0.1)
+
+
+def wait_for_checkpoint(procs: list[subprocess.Popen], ckpt: Path, at_least: int, timeout: float = 300) -> None:
+    """Return as soon as the unit checkpoint `ckpt` holds `at_least` iterations. Every
+    save is an atomic rename (a new inode), so each saved version is read once, at once:
+    a fast run cannot slip past the wanted segment between two looks."""
+    deadline, seen = time.time() + timeout, None
+    while True:
+        assert all(p.poll() is None for p in procs), [p.communicate()[0] for p in procs]
+        assert time.time() < deadline, "no checkpoint in time"
+        try:
+            inode = os.stat(ckpt).st_ino
+            if inode != seen:
+                with np.load(ckpt) as z:
+                    if int(z["record/done"]) >= at_least:
+                        return
+                seen = inode
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.001)
+
+
+def cartpole_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,
+                   eval_steps: int = 100, extra: str = "") -> str:
+    """A study file: gymnax CartPole-v1, a tiny PPO (4 envs, one hidden layer of `hidden`,
+    1 epoch of 2 minibatches, deciding every 2 iterations), learning rate and batch size
+    in [16, batch_high] tuned; `extra`: more TOML (e.g. tuner options)."""
+    return f"""
+envs = ["CartPole-v1"]
+methods = {list(methods)!r}
+seeds = {seeds}
+iterations = {iterations}
+eval_every = {eval_every}
+tune_every = 2
+fast_compile = true
+
+[ppo]
+num_envs = 4
+hidden_sizes = [{hidden}]
+update_epochs = 1
+num_minibatches = 2
+objective = "return_change"
+eval_steps = {eval_steps}
+
+[[space]]
+name = "learning_rate"
+low = 1e-4
+high = 1e-2
+scale = "log"
+
+[[space]]
+name = "batch_size"
+low = 16
+high = {batch_high}
+integer = true
+{extra}"""
