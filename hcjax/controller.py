@@ -88,9 +88,26 @@ def context_index(history: jax.Array, d: int) -> jax.Array:
 
 
 def dot_last(a: jax.Array, w: jax.Array) -> jax.Array:
-    """(..., s) . (s,) -> (...): unrolled over the tiny static s (a reduction over a
-    minor axis of size 2 or 3 is several times slower on CPU)."""
-    return sum(a[..., k] * w[k] for k in range(w.shape[-1]))
+    """(..., s) . (..., s) (broadcast) -> (...): unrolled over the tiny static s (a
+    reduction over a minor axis of size 2 or 3 is several times slower on CPU)."""
+    return sum(a[..., k] * w[..., k] for k in range(w.shape[-1]))
+
+
+def arm_scores(V: jax.Array, G: jax.Array, window: jax.Array, ready: jax.Array, beta: float) -> jax.Array:
+    """Each arm's predicted next objective G . window, plus beta sqrt(window' V^-1 window)
+    when beta > 0; 0 where not `ready` (fewer than s objectives learned from).
+    V (..., s, s), G (..., s), window and ready broadcastable to (..., s) and (...)."""
+    scores = dot_last(G, window)
+    if beta > 0.0:
+        w = solve_spd(V, jnp.broadcast_to(window, G.shape))
+        scores = scores + beta * jnp.sqrt(jnp.maximum(dot_last(w, window), 0.0))
+    return jnp.where(ready, scores, 0.0)
+
+
+def check_options(name: str, d, s, ridge, beta) -> tuple[int, int, float, float]:
+    """HyperController's options checked: d arms (>= 2), memory s (1..3), ridge > 0, beta >= 0."""
+    return (check_int(f"{name}.d", d, 2), check_int(f"{name}.s", s, 1, 3),
+            check_float(f"{name}.ridge", ridge, 0.0, low_open=True), check_float(f"{name}.beta", beta, 0.0))
 
 
 def solve_spd(V: jax.Array, b: jax.Array) -> jax.Array:
@@ -174,10 +191,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
     """HyperController over `space` with d arms per hyperparameter, memory s, ridge
     lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm).
     Memory per agent: about 8 h d^(s+1) (s^2 + 2s) bytes (`controller_memory`)."""
-    d = check_int("hypercontroller.d", d, 2)
-    s = check_int("hypercontroller.s", s, 1, 3)
-    ridge = check_float("hypercontroller.ridge", ridge, 0.0, low_open=True)
-    beta = check_float("hypercontroller.beta", beta, 0.0)
+    d, s, ridge, beta = check_options("hypercontroller", d, s, ridge, beta)
     h = space.h
     memory = check_memory("hypercontroller", controller_memory(h, d, s), memory_limit_gib,
                           f"d={d}, s={s} (with h={h} hyperparameters)")
@@ -203,11 +217,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
     def predictions(state):
         """(h, d): the score of every arm of every hyperparameter in the current context."""
         V, _, G = unpack_models(state.current, s)  # (h, d, s, s), (h, d, s)
-        scores = dot_last(G, state.window)
-        if beta > 0.0:
-            w = solve_spd(V, jnp.broadcast_to(state.window, (h, d, s)))
-            scores = scores + beta * jnp.sqrt(jnp.maximum(dot_last(w, state.window), 0.0))
-        return jnp.where(state.t >= s, scores, 0.0)
+        return arm_scores(V, G, state.window, state.t >= s, beta)
 
     def ask(state, key):
         arms = break_ties(key, predictions(state))

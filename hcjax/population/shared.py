@@ -35,7 +35,7 @@ from hcjax import controller as C
 from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
                                    register_population)
 from hcjax.space import Space
-from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_float, check_int, valid_objective
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, valid_objective
 
 
 @struct.dataclass
@@ -59,10 +59,7 @@ def hypercontroller_shared(space: Space, *, d: int = 10, s: int = 1, ridge: floa
     """HyperController with ridge models shared by the population; options as the
     hypercontroller tuner: d arms (>= 2), memory s (1..3), ridge > 0, beta >= 0."""
     name = "hypercontroller_shared"
-    d = check_int(f"{name}.d", d, 2)
-    s = check_int(f"{name}.s", s, 1, 3)
-    ridge = check_float(f"{name}.ridge", ridge, 0.0, low_open=True)
-    beta = check_float(f"{name}.beta", beta, 0.0)
+    d, s, ridge, beta = C.check_options(name, d, s, ridge, beta)
     h = space.h
     if d ** s >= 2 ** 31:
         raise ValueError(f"{name}: d**s must be < 2**31 (contexts are int32 indices), got d={d}, s={s}")
@@ -116,16 +113,7 @@ def hypercontroller_shared(space: Space, *, d: int = 10, s: int = 1, ridge: floa
         n = state.t.shape[0]
         ctx = contexts(state.history)
         V, _, G = C.unpack_models(state.models[rows[None, :], ctx], s)  # (n, h, d, s, s), (n, h, d, s)
-        window = state.window[:, None, None, :]  # (n, 1, 1, s)
-
-        def dot(a):  # (n, h, d, s) . window -> (n, h, d), in the order of controller.dot_last
-            return sum(a[..., k] * window[..., k] for k in range(s))
-
-        scores = dot(G)
-        if beta > 0.0:
-            w = C.solve_spd(V, jnp.broadcast_to(window, G.shape))
-            scores = scores + beta * jnp.sqrt(jnp.maximum(dot(w), 0.0))
-        scores = jnp.where((state.t >= s)[:, None, None], scores, 0.0)
+        scores = C.arm_scores(V, G, state.window[:, None, None, :], (state.t >= s)[:, None, None], beta)  # (n, h, d)
         arms = jax.vmap(C.break_ties)(jax.random.split(key, n), scores)
         return state.replace(arms=arms), grid[rows, arms]
 
