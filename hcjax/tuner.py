@@ -205,15 +205,16 @@ def check_float(field: str, value, low: float, high: float | None = None, low_op
     return v
 
 
-def check_memory(name: str, nbytes: int, limit_gib: float, involved: str) -> int:
-    """`nbytes` (per agent) if it is within `limit_gib` GiB, else a ValueError naming the
-    options `involved`, the estimate, the limit and how to raise it."""
+def check_memory(name: str, nbytes: int, limit_gib: float, involved: str, *, maker: str = "make_tuner",
+                 what: str = "per agent (state and the largest temporary of ask/tell)") -> int:
+    """`nbytes` (`what`: per agent for a tuner) if it is within `limit_gib` GiB, else a
+    ValueError naming the options `involved`, the estimate, the limit and how to raise it
+    (with `maker`, the function that took `memory_limit_gib`)."""
     if nbytes > limit_gib * GIB:
         gib = nbytes / GIB if nbytes < 2 ** 1000 else math.inf
         raise ValueError(
-            f"{name}: {involved} need an estimated {gib:.4g} GiB per agent (state and the largest "
-            f"temporary of ask/tell), above memory_limit_gib={limit_gib:g}; use smaller values, or raise the "
-            f"limit: make_tuner({name!r}, space, memory_limit_gib=..., ...)")
+            f"{name}: {involved} need an estimated {gib:.4g} GiB {what}, above memory_limit_gib={limit_gib:g}; use "
+            f"smaller values, or raise the limit: {maker}({name!r}, space, memory_limit_gib=..., ...)")
     return int(nbytes)
 
 

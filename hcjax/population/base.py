@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from hcjax.space import Space
-from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, GIB, Registry, check_int
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Registry, check_int, check_memory
 
 State = Any
 
@@ -76,11 +76,9 @@ def check_population_size(name: str, n) -> int:
 
 
 def check_population_memory(name: str, nbytes: int, limit_gib: float, n: int, involved: str) -> None:
-    """ValueError if `nbytes` for n agents exceeds `limit_gib` GiB."""
-    if nbytes > limit_gib * GIB:
-        raise ValueError(f"{name}: n={n} agents with {involved} need an estimated {nbytes / GIB:.4g} GiB (state and "
-                         f"the largest temporaries of step), above memory_limit_gib={limit_gib:g}; use smaller "
-                         f"values or raise it: make_population({name!r}, space, memory_limit_gib=...)")
+    """ValueError if `nbytes` for n agents exceeds `limit_gib` GiB (`hcjax.tuner.check_memory`)."""
+    check_memory(name, nbytes, limit_gib, f"n={n} agents with {involved}", maker="make_population",
+                 what="(state and the largest temporaries of step)")
 
 
 def check_objectives(name: str, objectives, n: int) -> jax.Array:
