@@ -35,6 +35,8 @@ candidates + m, r agents replaced.
 """
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -43,11 +45,12 @@ from hcjax import gp
 from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
                                    register_population)
 from hcjax.population.exploit import quantile_size, select
-from hcjax.population.pbt import check_quantile, sample_values
+from hcjax.population.pbt import check_quantile
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_int, valid_objective
-from hcjax.tuners.gp_common import LENGTHSCALES, NOISE_RATIOS, product_grid
-from hcjax.tuners.pb2 import EPSILONS, pb2_beta, pb2_correlation, pb2_targets
+from hcjax.tuners.gp_common import first_max, fit_kernel, product_grid
+from hcjax.tuners.pb2 import GRID_AXES, pb2_beta, pb2_correlation, pb2_targets
+from hcjax.tuners.random import sample
 
 
 @struct.dataclass
@@ -69,17 +72,6 @@ class PB2PopulationState:
     t: jax.Array
     n_invalid: jax.Array
     n_replaced: jax.Array
-
-
-GRID = dict(lengthscale=LENGTHSCALES, noise=NOISE_RATIOS, eps=EPSILONS)
-
-
-def first_max(scores: jax.Array) -> jax.Array:
-    """Index of the first entry within 1e-4 (1 + |max|) of the maximum (-inf for non-finite)."""
-    scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
-    top = jnp.max(scores)
-    tol = 1e-4 * (1.0 + jnp.where(jnp.isfinite(top), jnp.abs(top), 0.0))
-    return jnp.argmax(scores >= top - tol)
 
 
 def batch_ucb(mean: jax.Array, cov: jax.Array, noise_var, root_beta, count, size: int
@@ -108,7 +100,7 @@ def pb2_population_memory(n: int, h: int, buffer: int, candidates: int, fit_poin
     """Estimated peak bytes of one population step (float32): the state twice plus the
     grid fit (G kernel matrices of F x F and their factors), the posterior (4 N^2), the
     data-candidate kernel and its solve (3 N M) and the candidate covariance (3 M^2)."""
-    N, F, M, G = buffer, min(fit_points, buffer), candidates + m, len(LENGTHSCALES) * len(NOISE_RATIOS) * len(EPSILONS)
+    N, F, M, G = buffer, min(fit_points, buffer), candidates + m, math.prod(map(len, GRID_AXES.values()))
     state = 4 * (N * (h + 3) + n * (h + 2) + 6)
     return 2 * state + 4 * (4 * G * F * F + 4 * N * N + 3 * N * M + 3 * M * M + 4 * n * h) + 16 * 1024
 
@@ -125,7 +117,7 @@ def pb2_population(space: Space, *, quantile: float = 0.25, buffer: int = 1000, 
     C = check_int(f"{name}.candidates", candidates, 1)
     F = min(check_int(f"{name}.fit_points", fit_points, 2), N)
     h = space.h
-    grid = product_grid(**GRID)
+    grid = product_grid(**GRID_AXES)
 
     def memory_bytes(n: int) -> int:
         return pb2_population_memory(n, h, N, C, F, quantile_size(n, quantile))
@@ -134,7 +126,7 @@ def pb2_population(space: Space, *, quantile: float = 0.25, buffer: int = 1000, 
         n = check_population_size(name, n)
         check_population_memory(name, memory_bytes(n), memory_limit_gib, n,
                                 f"buffer={N}, candidates={C}, fit_points={F}, h={h}")
-        values = sample_values(space, key, (n,))
+        values = sample(space, key, (n,))
         zero = jnp.zeros((), jnp.int32)
         state = PB2PopulationState(
             values=values, x=jnp.zeros((N, h), jnp.float32), time=jnp.zeros((N,), jnp.float32),
@@ -169,19 +161,6 @@ def pb2_population(space: Space, *, quantile: float = 0.25, buffer: int = 1000, 
             ptr=(state.ptr + count) % N,
         )
 
-    def fit(Z, y, state):
-        """(l, r, eps) of the grid with the largest profiled log likelihood on the F newest rows."""
-        rows = (state.ptr - 1 - jnp.arange(F)) % N
-        Zf, yf, mf = Z[rows], y[rows], state.mask[rows]
-
-        def lml(p):
-            return gp.profile_log_likelihood(pb2_correlation(Zf, Zf, p), yf, mf, p["noise"])
-
-        scores = jax.vmap(lml)(grid)
-        scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
-        best = jnp.argmax(scores >= jnp.max(scores) - 1e-3)
-        return {k: v[best] for k, v in grid.items()}
-
     def explore(state, key, objectives, valid, replaced, m):
         """(n, h) unit configurations: GP-BUCB choices for the replaced agents, random elsewhere."""
         n = objectives.shape[0]
@@ -190,7 +169,7 @@ def pb2_population(space: Space, *, quantile: float = 0.25, buffer: int = 1000, 
         now = (state.t + 1).astype(jnp.float32)
         ctx, now_s = gp.minmax_scale(state.time[:, None], state.mask, jnp.reshape(now, (1, 1)))
         Z = jnp.concatenate([ctx, state.x], 1)
-        p = fit(Z, y, state)
+        p = fit_kernel(pb2_correlation, grid, Z, y, state.mask, state.ptr, F)
         post = gp.condition(pb2_correlation(Z, Z, p), y, state.mask, p["noise"])
         _, top = jax.lax.top_k(jnp.where(valid, objectives, -jnp.inf), max(m, 1))
         U = jnp.concatenate([jax.random.uniform(k_cand, (C, h)), space.encode(state.values[top])], 0)

@@ -35,6 +35,7 @@ from hcjax.population.base import (Population, check_objectives, check_populatio
 from hcjax.population.exploit import quantile_size, select
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_float, valid_objective
+from hcjax.tuners.random import sample
 
 
 @struct.dataclass
@@ -62,11 +63,6 @@ def check_factors(name: str, factors) -> tuple[float, ...]:
     return tuple(check_float(f"{field}[{i}]", f, 0.0, low_open=True) for i, f in enumerate(factors))
 
 
-def sample_values(space: Space, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """shape + (h,) uniform random configurations in natural units."""
-    return space.decode(jax.random.uniform(key, shape + (space.h,)))
-
-
 def perturb(space: Space, key: jax.Array, values: jax.Array, resample_probability: float,
             factors: tuple[float, ...]) -> jax.Array:
     """(n, h) donors' values -> (n, h) explored values (module docstring), in bounds."""
@@ -80,7 +76,7 @@ def perturb(space: Space, key: jax.Array, values: jax.Array, resample_probabilit
     step = jnp.sign(factor - 1.0) * jnp.where(values < 0, -1.0, 1.0)
     integer_value = jnp.where(stuck, values + step, rounded)
     moved = jnp.where(space.is_integer, integer_value, scaled)
-    fresh = space.decode(jax.random.uniform(k_uniform, shape))
+    fresh = sample(space, k_uniform, shape[:-1])
     return space.clip(jnp.where(resample, fresh, moved))
 
 
@@ -102,7 +98,7 @@ def pbt(space: Space, *, quantile: float = 0.25, resample_probability: float = 0
         n = check_population_size("pbt", n)
         check_population_memory("pbt", memory_bytes(n), memory_limit_gib, n, f"h={h}")
         zero = jnp.zeros((), jnp.int32)
-        values = sample_values(space, key, (n,))
+        values = sample(space, key, (n,))
         return PBTState(values=values, t=zero, n_invalid=zero, n_replaced=zero), values
 
     def step(state, key, objectives):

@@ -96,6 +96,37 @@ def product_grid(**axes) -> dict:
     return {k: jnp.asarray(m.reshape(-1), jnp.float32) for k, m in zip(axes, mesh)}
 
 
+def tie_tolerance(top: jax.Array) -> jax.Array:
+    """1e-4 (1 + |top|) (1e-4 for a non-finite top): scores this close to the maximum are ties."""
+    return 1e-4 * (1.0 + jnp.where(jnp.isfinite(top), jnp.abs(top), 0.0))
+
+
+def first_max(scores: jax.Array) -> jax.Array:
+    """Index of the first of (m,) scores within `tie_tolerance` of the maximum (non-finite
+    scores count as -inf): far from the data the acquisition is flat up to rounding, and
+    ties must not be broken by rounding noise (which differs between vmapped and separate runs)."""
+    scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
+    return jnp.argmax(scores >= jnp.max(scores) - tie_tolerance(jnp.max(scores)))
+
+
+def fit_kernel(correlation: Callable, grid: dict, Z: jax.Array, y: jax.Array, mask: jax.Array, ptr: jax.Array,
+               F: int) -> dict:
+    """Grid search of the kernel parameters on the F newest rows of a ring buffer (Z (N, c),
+    y (N,), mask (N,), ptr the next row written): the grid point with the largest
+    profiled log likelihood, the first within 1e-3 of it (near-ties, e.g. eps barely
+    changing the likelihood, resolve the same way whatever the float rounding)."""
+    rows = (ptr - 1 - jnp.arange(F)) % y.shape[0]
+    Zf, yf, mf = Z[rows], y[rows], mask[rows]
+
+    def lml(p):
+        return gp.profile_log_likelihood(correlation(Zf, Zf, p), yf, mf, p["noise"])
+
+    scores = jax.vmap(lml)(grid)
+    scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
+    best = jnp.argmax(scores >= jnp.max(scores) - 1e-3)
+    return {k: v[best] for k, v in grid.items()}
+
+
 def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candidates: int, refine_steps: int,
                   fit_points: int, n_context: int, memory_limit_gib: float) -> Tuner:
     """Build a GP-UCB-style tuner from `spec` (see `GPSpec`); options validated by the
@@ -128,26 +159,11 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         ctx, now_s = gp.minmax_scale(state.ctx, state.mask, now[None])
         return jnp.concatenate([ctx, state.x], 1), now_s[0]
 
-    def fit(Z, y, state):
-        """Grid search on the F most recent rows: the params with the largest log likelihood."""
-        rows = (state.ptr - 1 - jnp.arange(F)) % N
-        Zf, yf, mf = Z[rows], y[rows], state.mask[rows]
-
-        def lml(p):
-            return gp.profile_log_likelihood(spec.correlation(Zf, Zf, p), yf, mf, p["noise"])
-
-        scores = jax.vmap(lml)(spec.grid)
-        scores = jnp.where(jnp.isfinite(scores), scores, -jnp.inf)
-        # The first grid point within 1e-3 of the best: near-ties (eps barely changes the
-        # likelihood) resolve the same way whatever the float rounding (vmap = separate runs).
-        best = jnp.argmax(scores >= jnp.max(scores) - 1e-3)
-        return {k: v[best] for k, v in spec.grid.items()}
-
     def ask(state, key):
         k_cand, k_rand = jax.random.split(key)
         y = spec.targets(state.y, state.mask)
         Z, now = inputs(state)
-        p = fit(Z, y, state)
+        p = fit_kernel(spec.correlation, spec.grid, Z, y, state.mask, state.ptr, F)
         post = gp.condition(spec.correlation(Z, Z, p), y, state.mask, p["noise"])
         n_valid = jnp.sum(state.mask)
         root_beta = jnp.sqrt(spec.beta(state.n_obs, n_valid, candidates))
@@ -161,12 +177,9 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         U = jax.random.uniform(k_cand, (candidates, h))
         acq = ucb(U)
         acq = jnp.where(jnp.isfinite(acq), acq, -jnp.inf)
-        # The first candidate within `tol` of the best, and refinement steps must gain more
-        # than `tol`: far from the data the acquisition is flat up to rounding, and ties must
-        # not be broken by rounding noise (which differs between vmapped and separate runs).
-        top = jnp.max(acq)
-        tol = 1e-4 * (1.0 + jnp.where(jnp.isfinite(top), jnp.abs(top), 0.0))
-        i = jnp.argmax(acq >= top - tol)
+        # The first candidate within `tol` of the best; refinement steps must gain more than `tol`.
+        tol = tie_tolerance(jnp.max(acq))
+        i = first_max(acq)
         u, best = U[i], acq[i]
 
         def step(k, carry):

@@ -35,6 +35,7 @@ from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, register
 from hcjax.tuners.gp_common import LENGTHSCALES, NOISE_RATIOS, GPSpec, check_gp_options, make_gp_tuner, product_grid
 
 EPSILONS = (0.01, 0.1, 0.5)
+GRID_AXES = dict(lengthscale=LENGTHSCALES, noise=NOISE_RATIOS, eps=EPSILONS)  # the kernel grid (also pb2_population's)
 
 
 def pb2_targets(y, mask):
@@ -60,7 +61,7 @@ def pb2(space: Space, *, buffer: int = 1000, candidates: int = 256, refine_steps
     buffer, candidates, refine_steps, fit_points = check_gp_options("pb2", buffer, candidates, refine_steps,
                                                                     fit_points)
     spec = GPSpec(
-        grid=product_grid(lengthscale=LENGTHSCALES, noise=NOISE_RATIOS, eps=EPSILONS),
+        grid=product_grid(**GRID_AXES),
         correlation=pb2_correlation,
         context=lambda state: jnp.stack([state.n_obs.astype(jnp.float32), state.reward_sum]),
         targets=pb2_targets,

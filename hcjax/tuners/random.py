@@ -11,9 +11,9 @@ from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register
 from hcjax.tuners.fixed import ConstantState, constant_memory, count_invalid
 
 
-def sample(space: Space, key: jax.Array) -> jax.Array:
-    """(h,) one uniform random configuration in natural units."""
-    return space.decode(jax.random.uniform(key, (space.h,)))
+def sample(space: Space, key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
+    """shape + (h,) uniform random configurations in natural units ((h,): one)."""
+    return space.decode(jax.random.uniform(key, shape + (space.h,)))
 
 
 @register("random")
