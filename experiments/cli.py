@@ -97,6 +97,8 @@ def _names(values: list[str] | None) -> list[str] | None:
 
 
 def parser() -> argparse.ArgumentParser:
+    from experiments.runner import DEFAULT_MEMORY_LIMIT_GIB
+
     ap = argparse.ArgumentParser(prog="hcjax", description="HyperController study: run, plot, bench.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -114,8 +116,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="study directory (default results/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
-    run.add_argument("--memory-limit-gib", type=float, default=8.0,
-                     help="refuse a unit estimated to need more memory than this (GiB, default 8)")
+    run.add_argument("--memory-limit-gib", type=float, default=DEFAULT_MEMORY_LIMIT_GIB,
+                     help="refuse a unit estimated to need more memory than this "
+                          f"(GiB, default {DEFAULT_MEMORY_LIMIT_GIB:g})")
     run.add_argument("--distributed", action="store_true",
                      help="one process of a multi-process run: jax.distributed.initialize() first, with the "
                           "three options below or, without them, the cluster's environment (e.g. SLURM)")
@@ -255,16 +258,11 @@ def cmd_run(args) -> int:
             runner.check(plan, args.memory_limit_gib)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
-    try:
-        if writer:
-            store.check_writable()
-    except ValueError as e:
-        raise UsageError(e) from None
     with contextlib.ExitStack() as stack:
         if writer:
             try:
-                stack.enter_context(store.lock())
-            except R.StudyBusy as e:
+                stack.enter_context(store.lock())  # checks first that the directory can be written
+            except (R.StudyBusy, ValueError) as e:
                 raise UsageError(e) from None
         return _run_locked(args, plan, store, writer)
 
@@ -278,7 +276,7 @@ def _run_locked(args, plan, store, writer: bool) -> int:
             store.log(msg)
 
     try:
-        keys = runner.prepare(plan, store, log) if writer else runner.unit_keys(plan)
+        keys, finished = runner.prepare(plan, store, log) if writer else (runner.unit_keys(plan), None)
     except ValueError as e:
         raise UsageError(e) from None
     # -- the work: from here on a failure is ours (exit 1) --
@@ -288,7 +286,7 @@ def _run_locked(args, plan, store, writer: bool) -> int:
     for e in plan.envs:
         log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
     try:
-        runner.run(plan, store, keys, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
+        runner.run(plan, store, keys, finished, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
     except (KeyboardInterrupt, Terminated) as e:
         done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
         what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"
@@ -302,11 +300,15 @@ def _run_locked(args, plan, store, writer: bool) -> int:
         return 1
     if not writer:  # only process 0 writes and reports
         return 0
-    print(runner.summary(store), flush=True)
-    if not args.no_plot and store.units():
+    units = store.units()
+    if not units:
+        print(f"no finished units in {store.units_dir}", flush=True)
+        return 0
+    print(runner.summary(units), flush=True)
+    if not args.no_plot:
         from experiments import plots
 
-        paths = plots.plot(store.path)
+        paths = plots.plot(store.path, units)
         print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
         print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
     return 0
@@ -336,7 +338,7 @@ def cmd_plot(args) -> int:
             raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {store.path}` first")
     except ValueError as e:
         raise UsageError(e) from None
-    paths = plots.plot(store.path)
+    paths = plots.plot(store.path, units)
     print(Path(paths["results"]).read_text())
     for name, path in paths.items():
         print(f"{name}: {path}")

@@ -476,13 +476,16 @@ def figure_lineage(unit: R.UnitResult, path) -> Path:
     return _save(fig, path, plt)
 
 
-def plot(out: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) -> dict[str, Path]:
+def plot(out: str | os.PathLike, units: list[R.UnitResult] | None = None, reps: int = ST.REPS,
+         seed: int = 0) -> dict[str, Path]:
     """Write every figure and table of a study directory; returns name -> path.
+    units: the directory's units when the caller has loaded them already (else read here);
     reps, seed: bootstrap replicates and seed of the aggregate statistics."""
     out = Path(out)
-    units = R.load_units(out)
+    store = R.StudyDir(out)
+    units = store.units() if units is None else units
     if not units:
-        raise ValueError(f"plot: no finished units in {out / R.UNITS}; run `hcjax run --out {out}` first")
+        raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
     paths = {
         "fig1_tuning_time": figure1(units, out / "figures" / "fig1_tuning_time.png", "time"),
         "fig1_iterations": figure1(units, out / "figures" / "fig1_iterations.png", "iterations"),

@@ -71,11 +71,11 @@ DEFAULT_MEMORY_LIMIT_GIB = 8.0
 WORKSPACE_FACTOR = 4  # an iteration's XLA temporaries, relative to the state and trajectory (generous)
 
 
-def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dict[tuple[str, str], int]:
+def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> None:
     """Validate everything a unit needs without compiling: the PPOConfig, the space
     (tunable fields only), every method's tuner options, every environment (built), and
     each unit's memory: ValueError now rather than after hours of other units, or an
-    abort, a hang or a MemoryError later. Returns each unit's estimated bytes."""
+    abort, a hang or a MemoryError later."""
     from agents.ppo import PPOConfig, check_space
 
     from experiments.presets import ALL_METHODS
@@ -113,7 +113,6 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
         if plan.preset.seeds % jax.device_count():
             raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
                              f"the device count ({jax.device_count()}): the population is exactly the seeds")
-    estimates = {}
     for env, methods in unit_groups(plan):
         base = agent_bytes(configs[env.label], env, space)
         agents = len(methods) * plan.preset.seeds
@@ -121,17 +120,14 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> dic
             tuner_bytes = tuners[methods[0]].memory_bytes(plan.preset.seeds) / plan.preset.seeds
         else:
             tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
-        for method in methods:
-            total = agents * (base + tuner_bytes)
-            if total > memory_limit_gib * 2**30:
-                raise ValueError(
-                    f"unit {env.label} / {method}: estimated {total / 2**30:.3g} GiB ({agents} "
-                    f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
-                    f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
-                    f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
-                    f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
-            estimates[(env.label, method)] = total
-    return estimates
+        total = agents * (base + tuner_bytes)
+        if total > memory_limit_gib * 2**30:
+            raise ValueError(
+                f"unit {env.label} / {'+'.join(methods)}: estimated {total / 2**30:.3g} GiB ({agents} "
+                f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
+                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
+                f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
+                f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
 
 
 def agent_bytes(config, env: EnvChoice, space) -> int:
@@ -146,16 +142,23 @@ def agent_bytes(config, env: EnvChoice, space) -> int:
 
 
 @functools.lru_cache(maxsize=64)
+def _environment(make: str):
+    """`agents.envs.make(make)`, built once per process: building a Brax environment takes
+    seconds, and `check` and then every unit group of the environment need it."""
+    from agents import envs
+
+    return envs.make(make)
+
+
+@functools.lru_cache(maxsize=64)
 def _learner_bytes(config, make: str, hyperparameters) -> tuple[int, int]:
-    """(learner state bytes, trajectory bytes of one iteration) of one agent; cached per
-    process (building a Brax environment takes seconds)."""
+    """(learner state bytes, trajectory bytes of one iteration) of one agent; cached per process."""
     import jax
 
-    from agents import envs
     from agents.ppo import make_learner
     from hcjax import Space, make_tuner
 
-    environment = envs.make(make)
+    environment = _environment(make)
     learner = make_learner(config, environment, make_tuner("fixed", Space(hyperparameters)))
     state = jax.eval_shape(learner.init, jax.random.PRNGKey(0))
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
@@ -275,6 +278,16 @@ class Record:
     def eval_reward(self) -> np.ndarray:
         return np.stack(self.evals, axis=1) if self.evals else np.zeros((0, 0), np.float32)
 
+    def result(self, t0: float) -> dict[str, np.ndarray]:
+        """A finished unit's arrays: the metrics {name: (n, T)}, eval_iteration (E,),
+        eval_reward (n, E), the lineage if any, and train_seconds since `t0`."""
+        out = self.metrics()
+        out["eval_iteration"] = np.asarray(self.eval_its, np.int32)
+        out["eval_reward"] = self.eval_reward().astype(np.float32)
+        out["train_seconds"] = time.perf_counter() - t0
+        out.update(self.lineage_arrays())
+        return out
+
 
 class Checkpoint:
     """A unit's checkpoint in its study directory: the batched learner state (every leaf,
@@ -336,15 +349,11 @@ class PopulationLoop:
     donor's level) and every agent's new hyperparameters set (`learner.set_hparams`).
     The population is the unit's agents (its seeds); its key is fixed per unit."""
 
-    # Population methods that copy networks (hypercontroller_shared only shares statistics).
-    COPY = ("pbt", "pb2_population")
-
     def __init__(self, learner, population, ready: int, objective_of: Callable[[dict], np.ndarray]):
         import jax
 
         self.learner, self.population, self.ready, self.objective_of = learner, population, ready, objective_of
         self.key = jax.random.PRNGKey(0x9B7)
-        copy = population.name in self.COPY
 
         def init(state):
             pop_state, values = population.init(jax.random.fold_in(self.key, 0), state.iteration.shape[0])
@@ -354,10 +363,10 @@ class PopulationLoop:
             from hcjax.population.exploit import exploit_in_place
 
             pop_state, values, parents = population.step(pop_state, jax.random.fold_in(self.key, done), objectives)
-            if copy:  # only the replaced rows are written, in place (the state is donated)
-                fields = ("params", "opt_state", "obs_stats", "prev_reward", "has_reward", "prev_return", "has_return")
-                copied = exploit_in_place({f: getattr(state, f) for f in fields}, parents)
-                state = state.replace(**copied)
+            # only the replaced rows are written, in place (the state is donated); none for
+            # hypercontroller_shared, whose parents are every agent itself
+            fields = ("params", "opt_state", "obs_stats", "prev_reward", "has_reward", "prev_return", "has_return")
+            state = state.replace(**exploit_in_place({f: getattr(state, f) for f in fields}, parents))
             return jax.vmap(learner.set_hparams)(state, values), pop_state, parents
 
         self.init, self.step = jax.jit(init), jax.jit(step, donate_argnums=(0, 1))
@@ -475,12 +484,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
         if checkpoint is not None:
             checkpoint.save(state if population is None else (state, pop_state), record)
         on_segment(length)
-    out = record.metrics()
-    out["eval_iteration"] = np.asarray(record.eval_its, np.int32)
-    out["eval_reward"] = record.eval_reward().astype(np.float32)
-    out["train_seconds"] = time.perf_counter() - t0
+    out = record.result(t0)
     out["segment_seconds"] = np.asarray(record.seg_times)
-    out.update(record.lineage_arrays())
     return out
 
 
@@ -520,11 +525,7 @@ def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
         on_segment(length)
 
     driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback, states=states)
-    out = record.metrics()
-    out["eval_iteration"] = np.asarray(record.eval_its, np.int32)
-    out["eval_reward"] = record.eval_reward().astype(np.float32)
-    out["train_seconds"] = time.perf_counter() - t0
-    return out
+    return record.result(t0)
 
 
 def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int = 0) -> np.ndarray:
@@ -583,13 +584,12 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     keys: method -> the unit's config key."""
     import jax
 
-    from agents import envs
     from agents.ppo import PPOConfig, make_learner
     from hcjax.tuners.stacked import stack
 
     p = plan.preset
     t0 = time.perf_counter()
-    environment = envs.make(env.make)
+    environment = _environment(env.make)
     config = PPOConfig(**ppo_options(plan, env))
     tuners = [make_method(plan, m, memory_limit_gib) for m in methods]
     population = None
@@ -719,25 +719,28 @@ def unit_keys(plan: Plan) -> dict[tuple[str, str], str]:
     return {(e.label, m): R.config_key(unit_config(plan, e, m)) for e, m in plan.units}
 
 
-def prepare(plan: Plan, store: R.StudyDir, log: Callable[[str], None]) -> dict[tuple[str, str], str]:
+def prepare(plan: Plan, store: R.StudyDir,
+            log: Callable[[str], None]) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]]]:
     """Checks against the directory before any work (ValueError on a conflict): the
     directory's study configuration must be this plan's, and no unit file may hold
     another configuration (unreadable ones are moved aside). Writes the manifest.
-    Returns the config key of every unit."""
+    Returns the config key of every unit and the (env label, method) units finished."""
     study = study_config(plan)
     skey = R.config_key(study)
     store.check_study(study, skey)
     keys = unit_keys(plan)
-    for (label, method), key in keys.items():
-        store.finished(label, method, key, log=log)  # raises on a conflict, quarantines corrupt files
+    # finished: raises on a conflict, quarantines corrupt files
+    done = {unit for unit, key in keys.items() if store.finished(*unit, key, log=log)}
     store.write_manifest(plan.to_dict(), study, skey, merge=merge_configs)
-    return keys
+    return keys, done
 
 
-def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progress: bool = True,
-        log: Callable[[str], None] | None = None, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> list[Path]:
-    """Run every unit of `plan` not already finished in `store` (after `prepare`); returns
-    the unit files. Only process 0 writes (under jax.distributed)."""
+def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], finished: set[tuple[str, str]] | None,
+        progress: bool = True, log: Callable[[str], None] | None = None,
+        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> list[Path]:
+    """Run every unit of `plan` not already finished in `store` (`finished`, from
+    `prepare`; None: looked up in `store`, as processes other than 0 do); returns the
+    unit files. Only process 0 writes (under jax.distributed)."""
     import jax
 
     from experiments.progress import Progress
@@ -746,12 +749,14 @@ def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progres
     writer = jax.process_index() == 0
     progress = progress and writer
     paths = []
-    units = plan.units
-    with Progress(len(units), "units", "unit", enabled=progress, position=0) as bar:
+    study_key = R.config_key(study_config(plan))
+    with Progress(len(plan.units), "units", "unit", enabled=progress, position=0) as bar:
         for env, methods in unit_groups(plan):
             pending = []
             for method in methods:
-                if store.finished(env.label, method, keys[(env.label, method)], log=log):
+                unit = (env.label, method)
+                done = (unit in finished) if finished is not None else store.finished(*unit, keys[unit], log=log)
+                if done:
                     log(f"skip {env.label} / {method}: already finished in {store.path}")
                     bar.update(1)
                     paths.append(store.unit_path(env.label, method))
@@ -766,7 +771,7 @@ def run(plan: Plan, store: R.StudyDir, keys: dict[tuple[str, str], str], progres
                 results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
                                     on_segment=inner.update, memory_limit_gib=memory_limit_gib, checkpoint=checkpoint)
             for result in results:
-                result.meta["study_key"] = R.config_key(study_config(plan))
+                result.meta["study_key"] = study_key
                 if writer:
                     paths.append(store.save_unit(result))
                 log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s "
@@ -791,11 +796,8 @@ def unit_groups(plan: Plan) -> list[tuple[EnvChoice, list[str]]]:
     return groups
 
 
-def summary(store: R.StudyDir) -> str:
-    """The results table (Markdown) of a study directory."""
+def summary(units: list[R.UnitResult]) -> str:
+    """The results and success tables (Markdown) of a study's units."""
     from experiments import plots
 
-    units = store.units()
-    if not units:
-        return f"no finished units in {store.units_dir}"
     return plots.results_table(units) + "\n" + plots.success_table(units)

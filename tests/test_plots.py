@@ -115,6 +115,11 @@ def outputs(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for d in ("figures", "tables") for p in sorted((out / d).iterdir())}
 
 
+def test_plot_of_a_directory_without_units_names_it(tmp_path):
+    with pytest.raises(ValueError, match=f"no finished units in {R.StudyDir(tmp_path).units_dir}"):
+        plots.plot(tmp_path)
+
+
 def test_replotting_gives_byte_identical_files(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     synthetic_study(one)
