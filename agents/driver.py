@@ -98,6 +98,8 @@ def _eval_keys(keys, iteration):
 
 
 def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn):
+    """The segment loop of both paths: segment_fn(states, k, start) runs iterations
+    start..start+k-1; eval_fn(states, eval keys, iteration) evaluates after `iteration`."""
     cfg = learner.config
     t0 = time.perf_counter()
     if states is None:
@@ -106,13 +108,13 @@ def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_f
     chunks, eval_its, eval_rets = [], [], []
     done = start
     for k in _schedule(start, cfg.num_iterations, eval_every, seg):
-        states, metrics = segment_fn(states, k)
+        states, metrics = segment_fn(states, k, done)
         metrics = {name: np.asarray(v) for name, v in metrics.items()}
         chunks.append(metrics)
         done += k
         rets = None
         if eval_every and (done % eval_every == 0 or done == cfg.num_iterations):
-            rets = np.asarray(eval_fn(states, _eval_keys(keys, done)))
+            rets = np.asarray(eval_fn(states, _eval_keys(keys, done), done))
             eval_its.append(done)
             eval_rets.append(rets)
         if callback is not None:
@@ -135,12 +137,15 @@ def _run_jax(learner, keys, eval_every, seg, callback, states):
     init_fn = jax.jit(jax.vmap(learner.init))
     compiled = {}
 
-    def segment_fn(states, k):
+    def segment_fn(states, k, start):
         if k not in compiled:  # the first iteration's number is unbatched: asks only when deciding
             compiled[k] = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, k, start), in_axes=(0, None)))
-        return compiled[k](states, jnp.asarray(states.iteration).reshape(-1)[0])
+        return compiled[k](states, np.int32(start))
 
-    eval_fn = jax.jit(jax.vmap(learner.evaluate))
+    evaluate = jax.jit(jax.vmap(learner.evaluate))
+
+    def eval_fn(states, eval_keys, _iteration):
+        return evaluate(states, eval_keys)
     return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)
 
 
@@ -231,16 +236,15 @@ def _run_host(learner, keys, eval_every, seg, callback, states):
     init_fn = jax.jit(jax.vmap(learner.init))
     tune_every = learner.config.tune_every
 
-    def segment_fn(states, k):
+    def segment_fn(states, k, start):
         ms = []
-        for _ in range(k):
-            it = int(np.asarray(states.iteration).reshape(-1)[0])
+        for it in range(start, start + k):
             states, m = learn(states, rollout.collect(states), np.bool_((it + 1) % tune_every == 0))
             ms.append(m)
         return states, jax.tree.map(lambda *x: jnp.stack(x, axis=1), *ms)
 
-    def eval_fn(states, _keys):
-        return rollout.evaluate(states, learner.config.eval_steps, int(np.asarray(states.iteration)[0]))
+    def eval_fn(states, _keys, iteration):
+        return rollout.evaluate(states, learner.config.eval_steps, iteration)
 
     try:
         return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)

@@ -70,7 +70,7 @@ from flax import struct
 
 from agents import networks as nets
 from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, track_episodes, update_obs_stats
-from hcjax.tuner import MAX_ABS_OBJECTIVE
+from hcjax.tuner import valid_objective
 
 OBJECTIVES = ("reward_change", "reward", "return_change")
 METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
@@ -283,7 +283,7 @@ def _select(pred, a, b):
 # ---- the learner ------------------------------------------------------------------------
 
 
-def check_space(space, config: PPOConfig) -> None:
+def check_space(space) -> None:
     """ValueError unless every hyperparameter of `space` names a TUNABLE field and its
     bounds lie in that field's allowed range."""
     static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TUNABLE]
@@ -325,7 +325,7 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
     per_agent = isinstance(tuner, Tuner)
     env = envs.make(env)
     space = tuner.space
-    check_space(space, config)
+    check_space(space)
     idx = {n: i for i, n in enumerate(space.names)}
     if config.max_batch_size is not None:
         max_batch = config.max_batch_size
@@ -521,12 +521,12 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
 
         # training reward and episode returns of this iteration; invalid data -> NaN
         frames = n_valid
-        rewards_ok = jnp.all(jnp.where(valid, jnp.isfinite(reward) & (jnp.abs(reward) <= MAX_ABS_OBJECTIVE), True))
+        rewards_ok = jnp.all(jnp.where(valid, valid_objective(reward), True))
         R = jnp.sum(jnp.where(valid, reward, 0.0)) / jnp.maximum(frames, 1).astype(jnp.float32)
         R_valid = jnp.where(rewards_ok, R, jnp.nan)
         n_ep = jnp.sum(traj["ep_done"].astype(jnp.float32))
         ep_mean = jnp.sum(jnp.where(traj["ep_done"], traj["ep_return"], 0.0)) / jnp.maximum(n_ep, 1.0)
-        ep_ok = rewards_ok & jnp.isfinite(ep_mean) & (jnp.abs(ep_mean) <= MAX_ABS_OBJECTIVE)
+        ep_ok = rewards_ok & valid_objective(ep_mean)
         has_return_now = state.has_return | (n_ep > 0)
         ep_return = jnp.where(n_ep > 0, jnp.where(ep_ok, ep_mean, jnp.nan), state.prev_return)
 

@@ -93,7 +93,7 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
     space = plan.space
-    check_space(space, configs[None])
+    check_space(space)
     unknown = sorted(set(plan.preset.tuner) - set(ALL_METHODS))
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
