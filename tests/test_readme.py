@@ -1,28 +1,49 @@
-"""The README's Python examples run as written, and its quick start matches CI."""
+"""The Python examples of README.md and docs/*.md run as written, and the README's quick start matches CI."""
 import pathlib
 import re
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# One marker per example: the text that names its one ```python block in README.md or docs/.
+EIGHT_AGENTS = "def toy_objective"
+OWN_LOOP = "def train_step(w, tuner_state"
+PPO = 'objective="return_change"'
+CUSTOM_ENV = "class PointToTarget"
+HOST_TUNER = "HostTuner("
+POPULATION = 'make_population("pbt"'
+MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION)
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """Every ```python block of README.md and docs/*.md, as (document name, code)."""
+    return [(path.relative_to(ROOT).as_posix(), block) for path in DOCUMENTS
+            for block in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.DOTALL)]
 
 
 def python_block(marker: str) -> str:
-    """The README's one ```python block containing `marker`."""
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-              if marker in b]
-    assert len(blocks) == 1, f"README has {len(blocks)} python blocks with {marker!r}"
+    """The one ```python block, in README.md or docs/*.md, containing `marker`."""
+    blocks = [block for _, block in python_blocks() if marker in block]
+    assert len(blocks) == 1, f"README and docs have {len(blocks)} python blocks with {marker!r}"
     return blocks[0]
 
 
 def run_block(marker: str) -> dict:
     namespace = {}
-    exec(compile(python_block(marker), f"README example ({marker})", "exec"), namespace)
+    exec(compile(python_block(marker), f"README/docs example ({marker})", "exec"), namespace)  # noqa: S102
     return namespace
 
 
+def test_every_python_example_is_run_by_a_test():
+    for name, block in python_blocks():
+        found = [marker for marker in MARKERS if marker in block]
+        assert len(found) == 1, f"a python block of {name} has markers {found}:\n{block[:200]}"
+
+
 def test_readme_example_runs():
-    values = np.asarray(run_block("def toy_objective")["values"])
+    values = np.asarray(run_block(EIGHT_AGENTS)["values"])
     assert values.shape == (8, 300, 2)
     # by the end the agents mostly play the learning rate with the best objective (1e-3,
     # one of the 10 arms); random search would play it 10% of the time
@@ -30,9 +51,25 @@ def test_readme_example_runs():
     assert at_best.mean() > 0.7 and np.all(at_best > 0.3), at_best
 
 
+def test_readme_own_loop_example_runs(capsys):
+    # 16 agents, each tuning its learning rate inside a jitted, vmapped step of a Python loop.
+    namespace = run_block(OWN_LOOP)
+    w, lr = np.asarray(namespace["w"]), np.asarray(namespace["lr"])
+    assert w.shape == (16, 4) and lr.shape == (16, 1)
+    assert np.all((lr >= 1e-3 * (1 - 1e-6)) & (lr <= 0.5 * (1 + 1e-6)))
+    # every agent reaches the least-squares fit: at lr = 1e-3 alone 100 steps leave the loss
+    # far above it, so the tuners moved to larger learning rates
+    x, y = np.asarray(namespace["x"], np.float64), np.asarray(namespace["y"], np.float64)
+    best = np.mean((x @ np.linalg.lstsq(x, y, rcond=None)[0] - y) ** 2)
+    losses = np.mean((x @ w.T.astype(np.float64) - y[:, None]) ** 2, axis=0)
+    assert np.all(losses < best + 1e-3), (losses, best)
+    assert len(np.unique(lr)) > 1  # each agent chose on its own
+    assert abs(float(capsys.readouterr().out) - best) < 1e-3
+
+
 def test_readme_ppo_example_runs():
     # 4 vmapped PPO agents on CartPole with a HyperController each.
-    namespace = run_block('objective="return_change"')
+    namespace = run_block(PPO)
     hp = np.asarray(namespace["metrics"]["hparams"])
     assert hp.shape == (4, 30, 4) and np.all(np.isfinite(hp))
     assert np.all((hp[..., 3] >= 128) & (hp[..., 3] <= 512))
@@ -42,7 +79,7 @@ def test_readme_ppo_example_runs():
 
 
 def test_readme_custom_environment_example_learns(capsys):
-    namespace = run_block("class PointToTarget")
+    namespace = run_block(CUSTOM_ENV)
     env, ret = namespace["env"], np.asarray(namespace["metrics"]["episode_return"])
     assert env.backend == "gymnax" and (env.obs_size, env.action_size, env.max_episode_steps) == (2, 1, 20)
     assert np.isnan(ret[0]) or ret[0] < -40  # the untrained point wanders
@@ -51,7 +88,7 @@ def test_readme_custom_environment_example_learns(capsys):
 
 
 def test_readme_host_tuner_example_runs(capsys):
-    namespace = run_block("HostTuner(")
+    namespace = run_block(HOST_TUNER)
     assert capsys.readouterr().out.strip() == "True"
     hp = namespace["hp"]
     assert list(hp) == ["learning_rate", "batch_size"]
@@ -67,7 +104,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_readme_population_example_runs(capsys):
-    namespace = run_block('make_population("pbt"')
+    namespace = run_block(POPULATION)
     losses = np.asarray(namespace["losses"])
     assert losses.shape == (30, 32)
     assert np.median(losses[-1]) < 0.01 * np.median(losses[0])  # the population found a working learning rate
