@@ -1,6 +1,6 @@
 """Benchmark: cost of HyperController decisions (one compiled ask + tell).
 
-    python -m experiments.bench_controller [--quick] [--out bench_out/controller.json]
+    python -m experiments.benchmarks.bench_controller [--quick] [--out bench_out/controller.json]
 
 Rows: (a) one decision of 1, 64 and 1024 vmapped controllers (h = 4, d = 10, s = 1, 2),
 fresh keys and objectives per call, state donated so updates happen in place; (b) 1000
@@ -15,7 +15,7 @@ import jax
 
 import hcjax
 from experiments import deps
-from experiments.timing import median_seconds, print_table, write_json_atomic
+from experiments.benchmarks.timing import median_seconds, print_table, write_json_atomic
 
 
 def time_batched(agents: int, s: int, d: int = 10, h: int = 4, repeats: int = 50) -> float:

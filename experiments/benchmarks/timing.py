@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import jax
 
-from experiments.results import atomic_write_text
+from experiments.study.store import atomic_write_text
 
 
 def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20) -> float:
@@ -24,7 +24,7 @@ def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20)
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write `payload` as JSON to `path` atomically (see `experiments.results.atomic_write_bytes`)."""
+    """Write `payload` as JSON to `path` atomically (see `experiments.study.store.atomic_write_bytes`)."""
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 

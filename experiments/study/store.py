@@ -1,6 +1,6 @@
 """Results on disk: the study directory, its lock, manifest and unit files.
 
-Layout of a study directory (`StudyDir` owns every path; the runner and `hcjax plot`
+Layout of a study directory (`StudyDir` owns every path; the engine and `hcjax plot`
 ask it, neither spells a path):
 
     manifest.json                 the study's configuration (the resolved study), its
@@ -8,7 +8,7 @@ ask it, neither spells a path):
                                   start time; previous runs' headers under `runs`
     units/<env>__<method>.npz     one finished unit, see `UnitResult`
     units/corrupt/                unreadable unit files moved aside (recomputed on resume)
-    checkpoints/<unit>.npz        the training state of the unit in flight (see runner); the
+    checkpoints/<unit>.npz        the training state of the unit in flight (see checkpoints); the
                                   directory is removed once no checkpoint is left
     run.log                       every run's log lines and full tracebacks, appended
     .lock                         held by the one process writing the directory
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import io
 import json
 import os
 import platform
@@ -42,9 +43,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import filelock
 import numpy as np
 
 from experiments import deps
+from experiments.study.plan import jsonable, study_key
 
 FORMAT = 1
 
@@ -133,10 +136,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def unit_bytes(result: UnitResult) -> bytes:
     """The .npz bytes of a unit (arrays + meta as JSON)."""
-    import io
-
     arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name != "meta"}
-    arrays["meta"] = np.asarray(json.dumps({"format": FORMAT, **result.meta}, default=_jsonable))
+    arrays["meta"] = np.asarray(json.dumps({"format": FORMAT, **result.meta}, default=jsonable))
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()
@@ -164,19 +165,6 @@ class StudyBusy(RuntimeError):
     """Another process holds the study directory's lock."""
 
 
-STUDY_EXCLUDED = ("env", "method", "tuner")  # unit-config fields that may differ within a study
-
-
-def study_part(unit_config: dict) -> dict:
-    """The part of a unit's configuration that every unit of one study shares."""
-    return {k: v for k, v in unit_config.items() if k not in STUDY_EXCLUDED}
-
-
-def study_key(unit_config: dict) -> str:
-    """Hash of `study_part(unit_config)`."""
-    return config_key(study_part(unit_config))
-
-
 def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     """Human-readable differences between two nested JSON-able dicts (a: old, b: new)."""
     out = []
@@ -185,7 +173,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
         va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
         if isinstance(va, dict) and isinstance(vb, dict):
             out += _differences(va, vb, name + ".")
-        elif json.dumps(va, sort_keys=True, default=_jsonable) != json.dumps(vb, sort_keys=True, default=_jsonable):
+        elif json.dumps(va, sort_keys=True, default=jsonable) != json.dumps(vb, sort_keys=True, default=jsonable):
             out.append(f"{name}: {va!r} -> {vb!r}")
     return out
 
@@ -244,8 +232,6 @@ class StudyDir:
     @contextlib.contextmanager
     def lock(self):
         """Hold the directory's exclusive lock; StudyBusy naming the holder if taken."""
-        import filelock
-
         self.check_writable()
         lock = filelock.FileLock(str(self.path / self.LOCK), timeout=0)
         try:
@@ -321,7 +307,7 @@ class StudyDir:
                "devices": deps.devices(), **(extra or {})}
         manifest = {"format": FORMAT, "study_key": key, "study": study, "config": config, **run,
                     "runs": (previous.get("runs", []) if previous else []) + [run]}
-        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=_jsonable))
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=jsonable))
         return manifest
 
     # -- units --
@@ -353,8 +339,6 @@ class StudyDir:
     # -- checkpoints of the unit in flight --
     def save_checkpoint(self, env: str, method: str, arrays: dict[str, np.ndarray]) -> Path:
         """Write the unit's checkpoint atomically (an uncompressed .npz of `arrays`)."""
-        import io
-
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         path = self.checkpoint_path(env, method)
@@ -437,25 +421,13 @@ def read_manifest(out: str | os.PathLike) -> dict | None:
     return StudyDir(out).read_manifest()
 
 
-def _jsonable(x):
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (tuple, set)):
-        return list(x)
-    return str(x)
-
-
 # ---- manifest ----------------------------------------------------------------------------
 
 def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     """{'commit': sha or None, 'dirty': bool or None} of the repository holding this code
     (dirty: tracked files differ from the commit; untracked files, e.g. a study's own
     output inside the checkout, do not count)."""
-    repo = repo or Path(__file__).resolve().parent.parent
+    repo = repo or Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10).stdout.strip() or None
@@ -464,11 +436,3 @@ def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
         return {"commit": sha, "dirty": bool(status.strip()) if sha else None}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
-
-
-def config_key(config: dict) -> str:
-    """A short stable hash of everything that changes a unit's numbers."""
-    import hashlib
-
-    blob = json.dumps(config, sort_keys=True, default=_jsonable).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]

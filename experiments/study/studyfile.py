@@ -3,7 +3,7 @@
     hcjax run --config study.toml          # every field of a preset, validated before any work
     hcjax presets --toml cpu > study.toml  # a shipped preset as a file to start from
 
-A study file holds the fields of `experiments.presets.Preset` (all optional except
+A study file holds the fields of `experiments.study.presets.Preset` (all optional except
 `envs` and `methods`; the rest default as in `Preset`):
 
     name = "my-study"                  # default: the file's stem
@@ -51,7 +51,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.presets import Preset
+from experiments.study.presets import Preset
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Preset))
 HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default")

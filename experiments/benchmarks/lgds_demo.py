@@ -1,6 +1,6 @@
 """Regret of every tuner on the paper's synthetic LGDS problems.
 
-    python -m experiments.lgds_demo [--seeds 256] [--n 1000] [--methods ...]
+    python -m experiments.benchmarks.lgds_demo [--seeds 256] [--n 1000] [--methods ...]
 
 All methods play the same problems with the same keys (h hyperparameters of d arms,
 asked and told every step); prints method, mean total regret, standard error and the
@@ -15,18 +15,13 @@ import jax
 
 import hcjax
 from hcjax import lgds
-from experiments.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import print_table, write_json_atomic
+from experiments.study.methods import options
 
 
 def method_options(name: str, *, d: int, n: int, gp_buffer: int) -> dict:
-    """Per-method options for an LGDS run of n steps on grids of d arms."""
-    if name == "hypercontroller":
-        return {"d": d}
-    if name == "hyperband":
-        return {"budget": n}
-    if name in ("gp_ucb", "pb2"):
-        return {"buffer": gp_buffer}
-    return {}
+    """Per-method options for an LGDS run of n steps (decisions) on grids of d arms (methods table)."""
+    return options(name, decisions=n, buffer=gp_buffer, arms=d)
 
 
 def main(argv=None) -> dict:

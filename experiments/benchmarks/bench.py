@@ -2,10 +2,10 @@
 
 The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
 
-    experiments.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
-    experiments.bench_tuners      decision cost of every tuner vs batch and buffer size, HostTuner
-    experiments.bench_population  one population step + exploit for 64-1024 PPO agents, Ray Tune PBT
-    experiments.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
+    experiments.benchmarks.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
+    experiments.benchmarks.bench_tuners      decision cost of every tuner vs batch and buffer size, HostTuner
+    experiments.benchmarks.bench_population  one population step + exploit for 64-1024 PPO agents, Ray Tune PBT
+    experiments.benchmarks.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -17,6 +17,7 @@ import datetime
 import importlib
 import io
 import json
+import sys
 import time
 import traceback
 from contextlib import redirect_stdout
@@ -43,16 +44,14 @@ class _Tee(io.StringIO):
 
 def run_script(name: str, out: Path, quick: bool) -> dict:
     """Run one benchmark module's main; returns {status, seconds, report|message, stdout}."""
-    import sys
-
     try:
-        module = importlib.import_module(f"experiments.{name}")
+        module = importlib.import_module(f"experiments.benchmarks.{name}")
     except ModuleNotFoundError as e:
-        if e.name in (f"experiments.{name}",):
-            return {"status": "missing", "message": f"experiments/{name}.py is not in this checkout"}
+        if e.name in (f"experiments.benchmarks.{name}",):
+            return {"status": "missing", "message": f"experiments/benchmarks/{name}.py is not in this checkout"}
         return {"status": "error", "message": traceback.format_exc()}
     if not hasattr(module, "main"):
-        return {"status": "error", "message": f"experiments.{name} has no main(argv)"}
+        return {"status": "error", "message": f"experiments.benchmarks.{name} has no main(argv)"}
     argv = ["--out", str(out / f"{name}.json")] + (["--quick"] if quick else [])
     tee = _Tee(sys.stdout)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """PPO frames per second with each tuner in the loop (1, 4, 16 agents), and agents-per-program scaling.
 
-    python -m experiments.bench_ppo [--quick] [--out FILE]
+    python -m experiments.benchmarks.bench_ppo [--quick] [--out FILE]
 
 Brax halfcheetah (spring backend) at the paper's settings: 1000 frames per iteration
 (8 envs x 125 steps; max_batch_size 1000, so every method collects and trains on
@@ -26,9 +26,9 @@ import numpy as np
 
 import hcjax
 from agents import driver, envs
-from agents.ppo import PPOConfig, make_learner
+from agents.ppo import ASK_MODES, PPOConfig, make_learner
 from experiments import deps
-from experiments.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import print_table, write_json_atomic
 
 # Tuners in the loop; "NAME@every_iteration" is NAME with the earlier loop that computed
 # the ask every iteration and kept it every tune_every-th (make_learner's ask= option):
@@ -95,8 +95,6 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
 
 def bench_jax(env, agent_counts, iters: int, rounds: int, tuners=TUNERS) -> list[dict]:
     """One row per (agents, tuner) at the paper's settings (see `_time_count`)."""
-    from agents.ppo import ASK_MODES
-
     bad = [t for t in tuners if variant(t)[0] not in hcjax.available() or variant(t)[1] not in ASK_MODES]
     if bad:
         raise ValueError(f"--tuners {bad}: each must be NAME or NAME@ASK with NAME in {', '.join(hcjax.available())} "

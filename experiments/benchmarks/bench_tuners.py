@@ -1,6 +1,6 @@
 """Per-decision cost of every tuner: one compiled ask + tell, after warm-up.
 
-    python -m experiments.bench_tuners [--quick] [--host-only] [--paths-only] [--out FILE]
+    python -m experiments.benchmarks.bench_tuners [--quick] [--host-only] [--paths-only] [--out FILE]
 
 For the GP methods (gp_ucb, pb2) the ring buffer has N = 50, 200, 1000 rows and is
 pre-filled to N valid observations (their cost depends on N, O(N^3)); the other methods
@@ -48,11 +48,11 @@ import numpy as np
 
 import hcjax
 from experiments import deps
-from experiments.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import print_table, write_json_atomic
+from experiments.study.methods import GP_METHODS, METHODS, options
 from hcjax import gp
 
-GP_METHODS = ("gp_ucb", "pb2")
-OTHER_METHODS = ("hypercontroller", "fixed", "random", "random_start", "hyperband")
+OTHER_METHODS = tuple(m for m in METHODS if m not in GP_METHODS)  # per-agent tuners without a GP buffer
 
 
 def prefill(tuner, n: int):
@@ -79,7 +79,7 @@ def prepare(name: str, n: int | None, agents: int, batched: bool | None = None):
     call(r) runs decision r (fresh keys and objectives) on the carried state and returns
     its wall seconds."""
     space = hcjax.ppo_space()
-    opts = {"buffer": n} if name in GP_METHODS else {}
+    opts = options(name, buffer=n)
     tuner = hcjax.make_tuner(name, space, **opts)
     init = prefill(tuner, n) if name in GP_METHODS else tuner.init
 
@@ -288,11 +288,11 @@ def paths_section(quick: bool, timeout_s: float) -> tuple[list[dict], str]:
     runs in a child process stopped after `timeout_s`: the batched path may deadlock there."""
     if gp.batched_on(jax.default_backend()):
         return run_paths(quick), "ok"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "paths.json")
-        cmd = [sys.executable, "-m", "experiments.bench_tuners", "--paths-worker", out] + (["--quick"] if quick else [])
+        cmd = [sys.executable, "-m", "experiments.benchmarks.bench_tuners", "--paths-worker", out] + (["--quick"] if quick else [])
         try:
             proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
             output = proc.stdout

@@ -1,6 +1,6 @@
 """Does HyperController learn faster when a population shares its statistics? (LGDS)
 
-    python -m experiments.lgds_population [--seeds 128] [--agents 4 16] [--n 1000] [--out FILE.json]
+    python -m experiments.benchmarks.lgds_population [--seeds 128] [--agents 4 16] [--n 1000] [--out FILE.json]
 
 n agents play the same LGDS problem (`hcjax.lgds`: one hidden z process, h = 2, d = 10,
 100 configurations); each observes its own noise, X_a = z_t[A_a] + eta_a. Three ways:
@@ -30,7 +30,7 @@ import numpy as np
 
 import hcjax
 from experiments import deps
-from experiments.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import print_table, write_json_atomic
 from hcjax import lgds
 
 

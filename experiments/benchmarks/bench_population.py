@@ -1,6 +1,6 @@
 """Cost of one population step and exploit over a batch of PPO-sized agents, and Ray Tune's PBT.
 
-    python -m experiments.bench_population [--quick] [--agents 64 256 1024] [--no-ray] [--out FILE]
+    python -m experiments.benchmarks.bench_population [--quick] [--agents 64 256 1024] [--no-ray] [--out FILE]
 
 The agent state is what a PBT exploit must copy for the project's PPO on HalfCheetah
 (obs 17, action 6): actor and critic 3 x 256 tanh MLPs (flax, `agents.networks`), the
@@ -44,22 +44,20 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 import hcjax
+from agents import networks as nets
+from agents.wrappers import init_obs_stats
 from experiments import deps
+from experiments.benchmarks.timing import print_table, write_json_atomic
 from hcjax.population import exploit_in_place
-from experiments.timing import print_table, write_json_atomic
 
 OBS, ACT, HIDDEN = 17, 6, (256, 256, 256)
 
 
 def agent_state(key):
     """One PPO agent's params, optimiser state and observation statistics (HalfCheetah sizes)."""
-    import optax
-
-    from agents import networks as nets
-    from agents.wrappers import init_obs_stats
-
     k_actor, k_critic = jax.random.split(key)
     dummy = jnp.zeros((OBS,), jnp.float32)
     params = {"actor": nets.Actor(ACT, False, HIDDEN).init(k_actor, dummy),

@@ -16,7 +16,7 @@
 `resolve(preset, envs=..., methods=..., seeds=..., iterations=..., space=...)` validates
 everything (names, counts, the search space) and returns a `Plan` before anything is
 compiled (it imports the environment registries it needs). A preset can also come from
-a study file (`experiments.studyfile`).
+a study file (`experiments.study.studyfile`).
 
 Environments. The paper's names (HalfCheetah-v4, BipedalWalker-v3, Pusher-v4,
 InvertedDoublePendulum-v4, Reacher-v4) are mapped per preset (`paths`) to either a Brax
@@ -30,18 +30,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-# The six compared methods of the paper, then the fixed-default reference.
-PAPER_METHODS = ("hypercontroller", "random", "pb2", "gp_ucb", "hyperband", "random_start")
-METHODS = PAPER_METHODS + ("fixed",)
-# Population-based training over a unit's seeds (hcjax.population); not in the paper.
-POPULATION_METHODS = ("pbt", "pb2_population", "hypercontroller_shared")
-ALL_METHODS = METHODS + POPULATION_METHODS
-SHORT = {"hypercontroller": "HC", "random": "R", "pb2": "PB2", "gp_ucb": "GP-UCB", "hyperband": "HB",
-         "random_start": "RS", "fixed": "Fixed", "pbt": "PBT", "pb2_population": "PB2-pop",
-         "hypercontroller_shared": "HC-shared"}
+from agents import envs as agent_envs
+from experiments.study.methods import ALL_METHODS, METHODS
+from hcjax import Hyperparameter, Space, ppo_space
 
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +53,7 @@ class EnvChoice:
 
 def _backend_of(make: str) -> str:
     """The library behind an environment name (ValueError with suggestions if unknown)."""
-    from agents import envs
-
-    return envs.resolve(make).backend
+    return agent_envs.resolve(make).backend
 
 
 # Per preset, the path of each paper environment and why. Speeds are the anchor figures
@@ -136,8 +127,6 @@ class Preset:
 
 def paper_space(batch_size: tuple[int, int] = (1000, 6000)) -> tuple[dict, ...]:
     """The paper's four hyperparameters (`hcjax.ppo_space`) as study-file entries."""
-    from hcjax import ppo_space
-
     return tuple({k: v for k, v in dataclasses.asdict(h).items() if v is not None}
                  for h in ppo_space(batch_size=batch_size).hyperparameters)
 
@@ -304,8 +293,6 @@ class Plan:
     @property
     def space(self):
         """The tuned hyperparameters as an hcjax.Space."""
-        from hcjax import Hyperparameter, Space
-
         return Space(Hyperparameter(**entry) for entry in self.preset.space)
 
     @property
@@ -358,8 +345,6 @@ def choose_env(name: str, preset: Preset) -> EnvChoice:
 def check_space(entries) -> tuple[dict, ...]:
     """Validate study-file space entries (dicts of Hyperparameter fields) by building the
     hcjax.Space; ValueError naming the entry. Empty: the paper's four."""
-    from hcjax import Hyperparameter, Space
-
     entries = tuple(dict(e) for e in entries) or paper_space()
     params = []
     for i, entry in enumerate(entries):
