@@ -12,12 +12,12 @@ import time
 import numpy as np
 import pytest
 
-import hcjax
 from experiments import cli, deps
 from experiments.benchmarks import bench, bench_ppo
 from experiments.study import methods, presets
 from experiments.study import store as R
 from experiments.study.checks import check
+from hcjax import available, populations
 from tests.cli_runs import finish, hcjax, wait_for_file
 
 TINY = ["--preset", "smoke", "--envs", "CartPole-v1", "--iterations", "10", "--no-progress"]
@@ -206,7 +206,7 @@ def test_scaling_scan_stops_at_the_time_budget_and_at_out_of_memory(monkeypatch)
 
 def test_the_methods_table_covers_exactly_the_registries():
     """One row per registered tuner and population method, flagged as which it is."""
-    assert {m.name for m in methods.TABLE} == set(hcjax.available()) | set(hcjax.populations())
-    assert {m.name for m in methods.TABLE if m.population} == set(hcjax.populations())
+    assert {m.name for m in methods.TABLE} == set(available()) | set(populations())
+    assert {m.name for m in methods.TABLE if m.population} == set(populations())
     assert len(methods.TABLE) == len(methods.BY_NAME)  # no name twice
-    assert set(presets.METHODS) == set(hcjax.available()) and methods.ALL_METHODS == presets.ALL_METHODS
+    assert set(presets.METHODS) == set(available()) and methods.ALL_METHODS == presets.ALL_METHODS
