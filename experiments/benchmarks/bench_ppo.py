@@ -56,7 +56,7 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
 
     Every variant's program is compiled first (warm-up call, `compile_s`), then all are
     timed in interleaved rounds, so drifts of the machine hit every variant alike; the
-    best round counts. The first iteration's number is passed unbatched, as the runner
+    best round counts. The first iteration's number is passed unbatched, as the study engine
     does, so the tuner asks only on deciding iterations (unless NAME@every_iteration)."""
     space = hcjax.ppo_space()
     programs = {}

@@ -11,7 +11,7 @@
     tables/results.md             median final evaluation reward sum, IQR, rank per environment
     tables/tuning_time.md         total tuning time per unit (minutes)
     tables/aggregate.md, .json    per method IQM and mean of normalised scores and P(HC > method),
-                                  with stratified-bootstrap 95% intervals (see experiments.stats)
+                                  with stratified-bootstrap 95% intervals (see experiments.reporting.stats)
     figures/aggregate.png         IQM and mean with their intervals per method
     figures/probability_of_improvement.png   P(HC > method) with intervals
     figures/performance_profile.png          fraction of runs above each normalised score
