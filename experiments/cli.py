@@ -1,20 +1,7 @@
-"""The `hcjax` command (also `python -m experiments`).
+"""The `hcjax` command (also `python -m experiments`): run, plot, bench, presets, info.
 
-    hcjax run [--preset NAME | --config STUDY.toml] [--envs E ...] [--methods M ...]
-              [--seeds N] [--iterations N] [--space NAME=LOW:HIGH[:log][:int] ...]
-              [--out DIR] [--no-progress] [--no-plot] [--distributed]
-    hcjax plot DIR
-    hcjax bench [--out DIR] [--quick]
-    hcjax presets [--toml NAME]
-    hcjax info
-
-Exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
-that is a file, unwritable, in use by another run, or holding another study), always
-detected before any work starts, with a message naming the field and the allowed
-values; 1 our failure during the work, reported with the exception's type, message and
-location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143
-terminated (SIGTERM; 129 for SIGHUP), with how many units finished: rerunning the same
-command resumes. `hcjax run` starts no other process, so nothing outlives it.
+Its usage is argparse's help (`hcjax --help`, `hcjax run --help`, ...): `parser()` below
+is the one place it is written, exit statuses included (EXIT_STATUS).
 """
 from __future__ import annotations
 
@@ -29,7 +16,25 @@ import traceback
 import warnings
 from pathlib import Path
 
-from experiments import presets
+import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
+import jax
+
+from experiments import deps
+from experiments.benchmarks import bench
+from experiments.reporting import plots, tables
+from experiments.study import engine, presets, studyfile
+from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
+from experiments.study.checks import check
+from experiments.study.plan import unit_keys
+from experiments.study.store import StudyBusy, StudyDir
+
+EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
+that is a file, unwritable, in use by another run, or holding another study), always
+detected before any work starts, with a message naming the field and the allowed
+values; 1 our failure during the work, reported with the exception's type, message and
+location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM; 129 for SIGHUP), with how many units finished: rerunning the same
+command resumes. `hcjax run` starts no other process, so nothing outlives it."""
 
 # Third-party warnings that say nothing about this run (filtered here, never in the library).
 KNOWN_WARNINGS = (
@@ -97,9 +102,9 @@ def _names(values: list[str] | None) -> list[str] | None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from experiments.runner import DEFAULT_MEMORY_LIMIT_GIB
-
-    ap = argparse.ArgumentParser(prog="hcjax", description="HyperController study: run, plot, bench.")
+    """The `hcjax` command's arguments and its usage text."""
+    ap = argparse.ArgumentParser(prog="hcjax", description="HyperController study: run, plot, bench.",
+                                 epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a study (resumes in an existing --out)")
@@ -113,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
     run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
-    run.add_argument("--out", help="study directory (default results/<preset>)")
+    run.add_argument("--out", help="study directory (default runs/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
     run.add_argument("--memory-limit-gib", type=float, default=DEFAULT_MEMORY_LIMIT_GIB,
@@ -192,8 +197,6 @@ def cmd_presets(args) -> int:
         return 0
     if args.toml not in presets.PRESETS:
         raise UsageError(f"unknown preset {args.toml!r}; allowed: {', '.join(presets.PRESETS)}")
-    from experiments import studyfile
-
     print(studyfile.dumps(presets.PRESETS[args.toml]), end="")
     return 0
 
@@ -202,8 +205,6 @@ def start_distributed(args) -> None:
     """jax.distributed.initialize with the given coordinator, process count and id (all
     three, or none: then from the cluster's environment). On the CPU, collectives go
     through gloo (set before the backend starts)."""
-    import jax
-
     given = [args.coordinator, args.num_processes, args.process_id]
     if any(v is not None for v in given) and not all(v is not None for v in given):
         raise UsageError("--distributed takes --coordinator, --num-processes and --process-id together, or none")
@@ -225,8 +226,6 @@ def _in_config(args, error: ValueError) -> str:
 
 
 def cmd_run(args) -> int:
-    from experiments import results as R
-
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
         start_distributed(args)
@@ -234,8 +233,6 @@ def cmd_run(args) -> int:
         raise UsageError("--coordinator, --num-processes and --process-id need --distributed")
     try:
         if args.config:
-            from experiments import studyfile
-
             study = studyfile.load(args.config)
         else:
             study = args.preset or "smoke"
@@ -245,38 +242,32 @@ def cmd_run(args) -> int:
                                space=None if args.space is None else [parse_hyperparameter(a) for a in args.space])
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
-    store = R.StudyDir(args.out or Path("results") / plan.preset.name)
-    import jax
-
-    from experiments import runner
-
+    store = StudyDir(args.out or Path("runs") / plan.preset.name)
     writer = jax.process_index() == 0
     try:
         if not (args.memory_limit_gib > 0 and math.isfinite(args.memory_limit_gib)):
             raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {args.memory_limit_gib}")
         with _without_known_prints():
-            runner.check(plan, args.memory_limit_gib)
+            check(plan, args.memory_limit_gib)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
     with contextlib.ExitStack() as stack:
         if writer:
             try:
                 stack.enter_context(store.lock())  # checks first that the directory can be written
-            except (R.StudyBusy, ValueError) as e:
+            except (StudyBusy, ValueError) as e:
                 raise UsageError(e) from None
         return _run_locked(args, plan, store, writer)
 
 
 def _run_locked(args, plan, store, writer: bool) -> int:
-    from experiments import runner
-
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
         if writer:
             store.log(msg)
 
     try:
-        keys, finished = runner.prepare(plan, store, log) if writer else (runner.unit_keys(plan), None)
+        keys, finished = engine.prepare(plan, store, log) if writer else (unit_keys(plan), None)
     except ValueError as e:
         raise UsageError(e) from None
     # -- the work: from here on a failure is ours (exit 1) --
@@ -286,7 +277,7 @@ def _run_locked(args, plan, store, writer: bool) -> int:
     for e in plan.envs:
         log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
     try:
-        runner.run(plan, store, keys, finished, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
+        engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
     except (KeyboardInterrupt, Terminated) as e:
         done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
         what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"
@@ -304,10 +295,8 @@ def _run_locked(args, plan, store, writer: bool) -> int:
     if not units:
         print(f"no finished units in {store.units_dir}", flush=True)
         return 0
-    print(runner.summary(units), flush=True)
+    print(tables.summary(units), flush=True)
     if not args.no_plot:
-        from experiments import plots
-
         paths = plots.plot(store.path, units)
         print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
         print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
@@ -326,10 +315,7 @@ def _report_failure(e: BaseException, log_path) -> None:
 
 
 def cmd_plot(args) -> int:
-    from experiments import plots
-    from experiments import results as R
-
-    store = R.StudyDir(args.dir)
+    store = StudyDir(args.dir)
     try:
         if not store.path.is_dir():
             raise ValueError(f"{store.path} is not a study directory")
@@ -346,16 +332,12 @@ def cmd_plot(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from experiments import bench
-
     report = bench.run(Path(args.out), quick=args.quick)
     print(f"bench report: {report['paths']['json']}, {report['paths']['markdown']}")
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 
 
 def cmd_info(args) -> int:
-    from experiments import deps
-
     print(deps.describe())
     problems = deps.check_apis()
     for p in problems:
@@ -367,8 +349,6 @@ COMMANDS = {"run": cmd_run, "plot": cmd_plot, "bench": cmd_bench, "info": cmd_in
 
 
 def main(argv: list[str] | None = None) -> int:
-    import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: ours go before it)
-
     for category, message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()

@@ -9,9 +9,17 @@ of a traceback deep inside training (gymnasium 1.4 once made pip fall back to gy
 """
 from __future__ import annotations
 
+import os
 import platform
+import sys
 from importlib import metadata
 from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import envs
 
 # Distribution names, in the order `hcjax info` prints them.
 PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco",
@@ -31,11 +39,6 @@ def versions() -> dict[str, str | None]:
 
 def devices() -> dict:
     """The JAX backend and devices of this process, and the host."""
-    import os
-    import sys
-
-    import jax
-
     devs = jax.devices()
     return {
         "backend": jax.default_backend(),
@@ -61,8 +64,6 @@ def describe() -> str:
 
 
 def _probe_jax() -> None:
-    import jax
-
     for name in ("custom_batching.sequential_vmap", "random.key_data", "lax.platform_dependent", "tree.map",
                  "sharding.NamedSharding", "make_array_from_callback"):
         obj = jax
@@ -71,9 +72,6 @@ def _probe_jax() -> None:
 
 
 def _probe_optax() -> None:
-    import jax.numpy as jnp
-    import optax
-
     opt = optax.inject_hyperparams(lambda learning_rate, max_norm: optax.chain(
         optax.clip_by_global_norm(max_norm), optax.adam(learning_rate)))(learning_rate=1e-3, max_norm=1.0)
     state = opt.init({"w": jnp.zeros(2)})
@@ -81,14 +79,12 @@ def _probe_optax() -> None:
 
 
 def _probe_flax() -> None:
-    from flax import linen, struct  # noqa: F401
+    from flax import linen, struct  # noqa: F401 - imported here: a missing API is the probe's finding
 
     assert callable(struct.dataclass) and hasattr(linen, "Dense")
 
 
 def _probe_envs() -> list[str]:
-    from agents import envs
-
     return envs.check_backends()
 
 

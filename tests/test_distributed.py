@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import results as R
+from experiments.study import store as R
 from tests.cli_runs import cartpole_study, finish, hcjax, wait_for_checkpoint
 
 STUDY = cartpole_study(["hypercontroller"], seeds=3, iterations=8, eval_every=2)

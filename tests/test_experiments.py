@@ -12,8 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from experiments import cli, deps, presets
-from experiments import results as R
+from experiments import cli, deps
+from experiments.benchmarks import bench, bench_ppo
+from experiments.study import methods, presets
+from experiments.study import store as R
+from experiments.study.checks import check
+from hcjax import available, populations
 from tests.cli_runs import finish, hcjax, wait_for_file
 
 TINY = ["--preset", "smoke", "--envs", "CartPole-v1", "--iterations", "10", "--no-progress"]
@@ -80,9 +84,7 @@ def test_presets_are_sized_as_documented():
     assert set(p.methods) == set(presets.METHODS)
     assert all(e.path == "gymnasium" for e in paper.envs)
     for plan in (smoke, cpu, paper):  # every unit's PPOConfig and tuner builds (nothing compiled)
-        from experiments import runner
-
-        runner.check(plan)
+        check(plan)
 
 
 # ---- real runs ----------------------------------------------------------------------------
@@ -164,8 +166,6 @@ def test_four_host_devices_give_the_same_numbers_as_one(tmp_path):
 
 
 def test_bench_report_names_device_and_tolerates_missing_scripts(tmp_path):
-    from experiments import bench
-
     report = bench.run(tmp_path, scripts=("bench_not_written_yet",))
     assert report["benchmarks"]["bench_not_written_yet"]["status"] == "missing"
     text = (tmp_path / "report.md").read_text()
@@ -176,8 +176,6 @@ def test_bench_report_names_device_and_tolerates_missing_scripts(tmp_path):
 def test_scaling_scan_stops_at_the_time_budget_and_at_out_of_memory(monkeypatch):
     # The scan's stopping rules, with the timing replaced by a model: one iteration of n
     # agents takes 0.5 + 0.01 n seconds; n >= `oom` agents do not fit the device.
-    from experiments import bench_ppo
-
     oom = [10**9]
     timed = []
 
@@ -204,3 +202,11 @@ def test_scaling_scan_stops_at_the_time_budget_and_at_out_of_memory(monkeypatch)
     monkeypatch.setattr(bench_ppo, "_time_count", lambda *a: (_ for _ in ()).throw(ValueError("bad")))
     with pytest.raises(ValueError):
         bench_ppo.bench_scaling(None, (1,), budget_s=1.0)
+
+
+def test_the_methods_table_covers_exactly_the_registries():
+    """One row per registered tuner and population method, flagged as which it is."""
+    assert {m.name for m in methods.TABLE} == set(available()) | set(populations())
+    assert {m.name for m in methods.TABLE if m.population} == set(populations())
+    assert len(methods.TABLE) == len(methods.BY_NAME)  # no name twice
+    assert set(presets.METHODS) == set(available()) and methods.ALL_METHODS == presets.ALL_METHODS

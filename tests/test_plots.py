@@ -1,4 +1,4 @@
-"""experiments.plots: ranking without evaluations, the aggregate outputs of `plot()` on a
+"""experiments.reporting.plots and tables: ranking without evaluations, the aggregate outputs of `plot()` on a
 small synthetic study, and figures with deterministic bytes."""
 import json
 import os
@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import plots
-from experiments import results as R
-from experiments import stats as ST
+from experiments.reporting import plots, tables
+from experiments.reporting import stats as ST
+from experiments.study import store as R
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_STUDY = ROOT / "experiments" / "cpu_study"
+CPU_STUDY = ROOT / "results" / "cpu_study"
 
 
 def unit(env: str, method: str, seeds: int, rng, final=None, iterations: int = 20, evals: int = 2):
@@ -51,17 +51,17 @@ def synthetic_study(out: Path) -> list[R.UnitResult]:
 
 
 def test_ranks_skip_methods_without_a_finite_median():
-    assert plots.ranks({"a": 1.0, "b": np.nan, "c": 3.0, "d": 3.0}) == {"a": 3, "b": None, "c": 1, "d": 1}
-    assert plots.ranks({"a": np.nan}) == {"a": None}
+    assert tables.ranks({"a": 1.0, "b": np.nan, "c": 3.0, "d": 3.0}) == {"a": 3, "b": None, "c": 1, "d": 1}
+    assert tables.ranks({"a": np.nan}) == {"a": None}
 
 
 def test_results_table_shows_a_dash_and_no_rank_without_an_evaluation(tmp_path):
     units = synthetic_study(tmp_path)
-    rows = {(r["env"], r["method"]): r for r in plots.results_rows(units)}
+    rows = {(r["env"], r["method"]): r for r in tables.results_rows(units)}
     assert rows[("A", "random")]["rank"] is None
     assert rows[("A", "hypercontroller")]["rank"] == 1 and rows[("A", "fixed")]["rank"] == 2  # medians 20, 5
     assert rows[("B", "hypercontroller")]["rank"] == 1 and rows[("B", "random")]["rank"] == 2  # -1 vs -3
-    table = plots.results_table(units)
+    table = tables.results_table(units)
     assert "| A | 20 [15, 25] (1) | – | 5 [2.5, 22.5] (2) |" in table
     assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | - |" in table  # '-': no unit
 
@@ -141,7 +141,8 @@ def test_log_limits_snap_to_tick_values():
 
 FIG1 = """
 import sys
-from experiments import plots, results as R
+from experiments.reporting import plots
+from experiments.study import store as R
 plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
 """
 
@@ -164,3 +165,30 @@ def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(tmp_path)
                        timeout=300)
         pngs.append(png.read_bytes())
     assert pngs[0] == pngs[1]
+
+
+COMMITTED = sorted(p.parent.name for p in (ROOT / "results").glob("*/manifest.json"))
+
+
+def drawn_files(study: Path) -> dict[str, bytes]:
+    """Every figure, table and the report of a study directory: relative path -> bytes."""
+    files = list(study.glob("figures/*")) + list(study.glob("tables/*")) + [study / "report.md"]
+    return {str(f.relative_to(study)): f.read_bytes() for f in files}
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_study_replots_to_the_same_bytes(name, tmp_path):
+    """`hcjax plot` on a copy of a committed study's units and manifest redraws its figures,
+    tables and report byte for byte."""
+    study, copy = ROOT / "results" / name, tmp_path / name
+    copy.mkdir()
+    shutil.copytree(study / "units", copy / "units")
+    shutil.copy(study / "manifest.json", copy / "manifest.json")
+    plots.plot(copy)
+    committed, redrawn = drawn_files(study), drawn_files(copy)
+    assert sorted(redrawn) == sorted(committed)
+    assert [f for f in committed if committed[f] != redrawn[f]] == []
+
+
+def test_every_committed_study_is_checked():
+    assert COMMITTED == ["cpu_learn_study", "cpu_study", "gpu_h100_5b602f1", "population_study"]

@@ -656,7 +656,7 @@ def test_shared_statistics_lower_lgds_regret():
     """16 agents on the same LGDS problems (h = 2, d = 10, 500 steps, 48 problems): the
     shared models' mean regret per agent is lower than independent controllers' by more
     than 3 paired standard errors (experiments/lgds_population.py)."""
-    from experiments.lgds_population import measure
+    from experiments.benchmarks.lgds_population import measure
 
     row = measure(seeds=48, n_agents=16, steps=500, seed=3)
     assert row["shared_minus_independent"] < -3 * row["paired_se"], row["shared_minus_independent"]

@@ -9,8 +9,12 @@ import pytest
 
 import hcjax
 from agents import envs, ppo
-from experiments import cli, presets, runner, studyfile
-from experiments import results as R
+from experiments import cli
+from experiments.study import engine, presets, studyfile
+from experiments.study import store as R
+from experiments.study.checkpoints import Checkpoint
+from experiments.study.plan import unit_keys
+from experiments.study.population import PopulationLoop
 from tests.cli_runs import cartpole_study
 
 SPACE = hcjax.ppo_space(batch_size=(16, 32))
@@ -23,7 +27,7 @@ STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_ev
 def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values():
     population = hcjax.make_population("pbt", SPACE, quantile=0.25)
     learner = ppo.make_learner(CONFIG, envs.make("CartPole-v1"), population)
-    loop = runner.PopulationLoop(learner, population, 2, lambda metrics: None)
+    loop = PopulationLoop(learner, population, 2, lambda metrics: None)
     state = jax.jit(jax.vmap(learner.init))(jax.random.split(jax.random.PRNGKey(0), 4))
     state, pop_state = loop.init(state)
     state, _ = jax.jit(jax.vmap(lambda s: learner.iterate(s, 2, 0)))(state)  # agents now differ
@@ -50,7 +54,7 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
 def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path):
     plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
     env = plan.envs[0]
-    key = runner.unit_keys(plan)[(env.label, "pbt")]
+    key = unit_keys(plan)[(env.label, "pbt")]
 
     def run(store, stop_after=None):
         seen = []
@@ -60,8 +64,8 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path)
             if stop_after is not None and len(seen) == stop_after:
                 raise KeyboardInterrupt
 
-        checkpoint = runner.Checkpoint(store, env.label, "pbt", key, lambda msg: None)
-        return runner.run_units(plan, env, ["pbt"], {"pbt": key}, on_segment=on_segment,
+        checkpoint = Checkpoint(store, env.label, "pbt", key, lambda msg: None)
+        return engine.run_units(plan, env, ["pbt"], {"pbt": key}, on_segment=on_segment,
                                 checkpoint=checkpoint)[0]
 
     whole = run(R.StudyDir(tmp_path / "whole"))

@@ -1,10 +1,10 @@
-"""experiments.stats: normalisation, IQM, stratified bootstrap, probability of improvement and
+"""experiments.reporting.stats: normalisation, IQM, stratified bootstrap, probability of improvement and
 performance profiles against hand-computed values and brute-force loops on small arrays."""
 import numpy as np
 import pytest
 import scipy.stats
 
-from experiments import stats as ST
+from experiments.reporting import stats as ST
 
 NAN = np.nan
 

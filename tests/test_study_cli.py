@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import cli, deps, runner
-from experiments import results as R
-from experiments.progress import Progress
+from experiments import cli, deps
+from experiments.study import engine
+from experiments.study import store as R
+from experiments.study.progress import Progress
 from tests.cli_runs import ROOT, cartpole_study, hcjax, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
@@ -60,7 +61,7 @@ def test_a_failure_inside_training_exits_1_with_its_cause(tmp_path, monkeypatch,
     def broken(*args, **kwargs):
         raise ValueError("not enough values to unpack (expected 6, got 5)")
 
-    monkeypatch.setattr(runner, "run_units", broken)
+    monkeypatch.setattr(engine, "run_units", broken)
     code, _, err = main(MINI + ["--methods", "fixed", "--out", str(tmp_path)], capsys)
     assert code == 1, err
     assert "hcjax: failed: ValueError: not enough values to unpack (expected 6, got 5) at " in err
@@ -75,7 +76,7 @@ def test_ctrl_c_exits_130_saying_how_to_resume(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "run_units", interrupted)
+    monkeypatch.setattr(engine, "run_units", interrupted)
     code, _, err = main(MINI + ["--methods", "fixed", "random", "--out", str(tmp_path)], capsys)
     assert code == 130
     assert "interrupted; 0 of 2 units finished in" in err and "Run the same command again to resume" in err
@@ -88,7 +89,7 @@ def test_sigterm_exits_143_saying_how_to_resume(tmp_path, monkeypatch, capsys):
         time.sleep(5)  # the handler raises before this ends
         raise AssertionError("SIGTERM did not stop the run")
 
-    monkeypatch.setattr(runner, "run_units", killed)
+    monkeypatch.setattr(engine, "run_units", killed)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         code, _, err = main(MINI + ["--methods", "fixed", "--out", str(tmp_path)], capsys)

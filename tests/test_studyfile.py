@@ -7,8 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from experiments import cli, presets, studyfile
-from experiments import results as R
+from experiments import cli
+from experiments.study import presets, studyfile
+from experiments.study import store as R
+from experiments.study.checks import check
 
 STUDY = '''
 name = "tiny"
@@ -141,10 +143,8 @@ def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
                                           err_msg=f"{method} {name}")
 
 
-@pytest.mark.parametrize("path", sorted((pathlib.Path(__file__).resolve().parents[1] / "experiments").glob("*/*.toml")),
+@pytest.mark.parametrize("path", sorted((pathlib.Path(__file__).resolve().parents[1] / "studies").rglob("*.toml")),
                          ids=lambda p: p.name)
 def test_every_committed_study_file_resolves(path):
     plan = presets.resolve(studyfile.load(path))
-    from experiments import runner
-
-    runner.check(plan)  # PPO and tuner options, the space, memory: everything but running
+    check(plan)  # PPO and tuner options, the space, memory: everything but running

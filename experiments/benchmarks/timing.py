@@ -1,0 +1,45 @@
+"""Timing helpers shared by the benchmark scripts, and atomic JSON output."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import jax
+
+from experiments.study.store import atomic_write_text
+
+
+def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20) -> float:
+    """Median wall time of `fn()` (blocked until its outputs are ready), after `warmup` calls."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write `payload` as JSON to `path` atomically (see `experiments.study.store.atomic_write_bytes`)."""
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str))
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Print (and return) `rows` as an aligned Markdown table of `columns`."""
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(row, widths)) + " |" for row in cells]
+    text = "\n".join(lines)
+    print(text)
+    return text

@@ -1,0 +1,1 @@
+"""Reporting of a study: statistics (stats.py), figures (plots.py), Markdown and JSON tables (tables.py)."""

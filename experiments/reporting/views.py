@@ -1,0 +1,52 @@
+"""What the figures and tables read from a study's units: the units grouped by environment
+and method (methods in the table's order), quartiles over seeds, final rewards, tuning time."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from experiments.study.methods import ALL_METHODS
+from experiments.study.store import UnitResult
+
+
+def grouped(units: list[UnitResult]) -> tuple[list[str], list[str], dict]:
+    """(envs in order, methods in order, {(env, method): unit})."""
+    envs = list(dict.fromkeys(u.meta["env"] for u in units))
+    present = {u.meta["method"] for u in units}
+    methods = [m for m in ALL_METHODS if m in present] + sorted(present - set(ALL_METHODS))
+    return envs, methods, {(u.meta["env"], u.meta["method"]): u for u in units}
+
+
+def quartiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: (S, ...) -> 25th, 50th, 75th percentiles over seeds, ignoring NaN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        q = np.nanpercentile(np.asarray(x, np.float64), [25, 50, 75], axis=0)
+    return q[0], q[1], q[2]
+
+
+def cumulative_minutes(unit: UnitResult) -> np.ndarray:
+    """(T,) cumulative tuning time in minutes after each iteration."""
+    return np.cumsum(unit.tuner_time) / 60.0
+
+
+def final_eval(unit: UnitResult) -> np.ndarray:
+    """(S,) the evaluation reward sum at the final evaluation (NaN when none)."""
+    if unit.eval_reward.shape[1] == 0:
+        return np.full(unit.eval_reward.shape[0], np.nan)
+    return unit.eval_reward[:, -1]
+
+
+def final_train(unit: UnitResult) -> np.ndarray:
+    """(S,) the training reward at the final iteration."""
+    return unit.train_reward[:, -1]
+
+
+BASELINE = "hypercontroller"
+
+
+def study_scores(units) -> dict[str, dict[str, np.ndarray]]:
+    """method -> env -> (S,) final evaluation reward sums, methods in table order."""
+    envs, methods, by = grouped(units)
+    return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by} for m in methods}

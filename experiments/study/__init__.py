@@ -1,0 +1,17 @@
+"""The study engine: plan a study, run its units on every device, keep them in a study directory.
+
+methods.py      the one table of methods (registry name, label, colour, options)
+plan.py         a unit's identity and options (JAX-free): unit_config, config_key, study_key
+presets.py      smoke / cpu_learn / gpu / cpu / paper study definitions, validated by `resolve`
+studyfile.py    studies as TOML files <-> presets
+build.py        a unit's environment and tuner or population
+checks.py       checks before anything is compiled, memory estimates
+devices.py      the agent mesh, padding, seed keys, arrays back to the host
+checkpoints.py  a unit's Record and its checkpoint
+loops.py        the JAX and host unit loops
+population.py   population methods over a unit's agents
+replay.py       tuning time by a replay of the tuner on the host CPU
+engine.py       prepare a study directory, run every unit group
+store.py        the study directory: lock, manifest, unit files, checkpoints
+progress.py     progress bars on a terminal, plain lines otherwise
+"""

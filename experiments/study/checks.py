@@ -1,0 +1,91 @@
+"""Checks of a study before anything is compiled: its PPO settings, space, methods, environments,
+and each unit's estimated memory."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+
+from agents.ppo import METRIC_KEYS, PPOConfig, check_space, make_learner
+from experiments.study import build
+from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
+from experiments.study.methods import ALL_METHODS, is_population
+from experiments.study.plan import ppo_options, unit_groups
+from experiments.study.presets import EnvChoice, Plan
+from hcjax import Space, make_tuner
+
+WORKSPACE_FACTOR = 4  # an iteration's XLA temporaries, relative to the state and trajectory (generous)
+
+
+def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> None:
+    """Validate everything a unit needs without compiling: the PPOConfig, the space
+    (tunable fields only), every method's tuner options, every environment (built), and
+    each unit's memory: ValueError now rather than after hours of other units, or an
+    abort, a hang or a MemoryError later."""
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    configs = {}
+    for env in (None,) + plan.envs:
+        ppo = ppo_options(plan, env)
+        unknown = sorted(set(ppo) - fields)
+        where = f"study {plan.preset.name!r}" + ("" if env is None else f", env_ppo of {env.label}")
+        if unknown:
+            raise ValueError(f"{where}: unknown PPOConfig field(s) {unknown}; allowed: {', '.join(sorted(fields))}")
+        try:
+            configs[None if env is None else env.label] = PPOConfig(**ppo)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    space = plan.space
+    check_space(space)
+    unknown = sorted(set(plan.preset.tuner) - set(ALL_METHODS))
+    if unknown:
+        raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
+                         f"methods: {', '.join(ALL_METHODS)}")
+    tuners = {m: make_method(plan, m, memory_limit_gib)
+              for m in dict.fromkeys(list(plan.preset.methods) + list(plan.preset.tuner))}
+    populations = [m for m in plan.preset.methods if is_population(m)]
+    if populations:
+        host = [e.label for e in plan.envs if e.path == "gymnasium"]
+        if host:
+            raise ValueError(f"population methods {populations} run on JAX environments only (the agent axis is "
+                             f"one program); gymnasium environments {host} run on the host")
+        if jax.process_count() > 1:
+            raise ValueError(f"population methods {populations} do not run under --distributed (yet)")
+        if plan.preset.seeds % jax.device_count():
+            raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
+                             f"the device count ({jax.device_count()}): the population is exactly the seeds")
+    for env, methods in unit_groups(plan):
+        base = agent_bytes(configs[env.label], env, space)
+        agents = len(methods) * plan.preset.seeds
+        if is_population(methods[0]):
+            tuner_bytes = tuners[methods[0]].memory_bytes(plan.preset.seeds) / plan.preset.seeds
+        else:
+            tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
+        total = agents * (base + tuner_bytes)
+        if total > memory_limit_gib * 2**30:
+            raise ValueError(
+                f"unit {env.label} / {'+'.join(methods)}: estimated {total / 2**30:.3g} GiB ({agents} "
+                f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
+                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
+                f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
+                f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
+
+
+def agent_bytes(config, env: EnvChoice, space) -> int:
+    """Estimated bytes of one agent, tuner excluded: its learner state (shapes traced with
+    jax.eval_shape, nothing allocated), the trajectory of the largest batch, both times
+    WORKSPACE_FACTOR, and the metrics kept on the host for every iteration."""
+    state_bytes, per_iteration = _learner_bytes(config, env.make, space.hyperparameters)
+    metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
+    return WORKSPACE_FACTOR * (state_bytes + per_iteration) + metrics
+
+
+@functools.lru_cache(maxsize=64)
+def _learner_bytes(config, make: str, hyperparameters) -> tuple[int, int]:
+    """(learner state bytes, trajectory bytes of one iteration) of one agent; cached per process."""
+    environment = build.environment(make)
+    learner = make_learner(config, environment, make_tuner("fixed", Space(hyperparameters)))
+    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0))
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    per_step = 2 * environment.obs_size + max(environment.action_size, 1) + 10  # obs, normalised obs, action, scalars
+    return state_bytes, 4 * learner.max_steps * config.num_envs * per_step

@@ -1,0 +1,42 @@
+"""The devices of a study: one 1-D mesh named "agent" over every device, the agent axis
+padded to a multiple of the device count, one PRNG key per seed, and arrays back to the host.
+
+Every array of a unit's learner state is sharded with `NamedSharding(mesh, P("agent"))`, so
+each device trains its own slice of agents and no communication is needed. The number of
+agents is padded up to a multiple of the device count with extra seeds (ids after the real
+ones) whose results are dropped. Seed i of every method uses the key PRNGKey(i).
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+
+
+def agent_mesh():
+    """1-D Mesh named "agent" over every device (all processes' under jax.distributed)."""
+    return Mesh(np.asarray(jax.devices()), ("agent",))
+
+
+def padded_count(n_seeds: int, n_devices: int) -> int:
+    """Agents actually run: n_seeds rounded up to a multiple of n_devices."""
+    return -(-n_seeds // n_devices) * n_devices
+
+
+def host_seed_keys(seed_ids: np.ndarray) -> np.ndarray:
+    """(n, 2) uint32: the key data of PRNGKey(seed) of every seed id, on the host."""
+    return np.stack([np.asarray(jax.random.key_data(jax.random.key(int(s)))) for s in seed_ids])
+
+
+def seed_keys(seed_ids: np.ndarray, sharding):
+    """(n, 2) uint32 PRNGKey(seed) per agent, created shard by shard (multi-process safe)."""
+    host = host_seed_keys(seed_ids)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def to_host(x) -> np.ndarray:
+    """A (possibly multi-process) sharded array -> the full NumPy array on this host."""
+    if jax.process_count() > 1:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))

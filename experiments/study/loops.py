@@ -1,0 +1,169 @@
+"""The loops that train one unit's agents: `run_jax_unit` (JAX environments: one vmapped
+program sharded over every device) and `run_host_unit` (gymnasium environments, stepped on
+the host through `agents.driver`, unsharded).
+
+Within a unit all seeds are one vmapped program: `learner.init` and segments of
+`eval_every` iterations (`learner.iterate`) are `jax.jit(jax.vmap(...))` over an agent
+axis sharded across devices (see `experiments.study.devices`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from agents import driver
+from experiments.study.checkpoints import Checkpoint, Record
+from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
+from experiments.study.population import PopulationLoop
+from hcjax.tuners.stacked import select
+
+
+def compiled(jitted, *args, fast: bool = False):
+    """Ahead-of-time compile `jitted` for `args`; fast: XLA backend optimisation level 0."""
+    lowered = jitted.lower(*args)
+    return lowered.compile(compiler_options={"xla_backend_optimization_level": 0}) if fast else lowered.compile()
+
+
+def segments(iterations: int, eval_every: int, ready: int | None = None) -> list[int]:
+    """Lengths of the host-side segments: they end at every multiple of eval_every (an
+    evaluation), of `ready` (a population step) when given, and at `iterations`."""
+    ends = set(range(eval_every, iterations, eval_every)) | {iterations}
+    if ready:
+        ends |= set(range(ready, iterations, ready))
+    ends = sorted(ends)
+    return [b - a for a, b in zip([0] + ends[:-1], ends)]
+
+
+def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
+                 on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
+                 checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
+                 population: PopulationLoop | None = None) -> dict[str, np.ndarray]:
+    """Train len(seed_ids) agents as one vmapped program sharded over every device,
+    in segments with an evaluation after every `eval_every` iterations and the last.
+
+    Returns per-iteration metrics (n, T[, h]), eval_iteration (E,), eval_reward (n, E),
+    for the n = padded agents (callers drop the padding), and timings. fast_compile:
+    compile the training segments with XLA's backend optimisation off (much shorter
+    compilation, slower steps: for tiny runs). checkpoint: saved after every segment and
+    resumed from when present, so a killed unit continues from its last segment with
+    bit-identical results. which: (n,) int32 method of every agent when the learner's
+    tuner is stacked (hcjax.tuners.stacked), None otherwise. population: a population
+    method stepped every `population.ready` iterations (the lineage lands in the
+    returned "lineage_*" arrays).
+    """
+    mesh = agent_mesh()
+    agents = NamedSharding(mesh, P("agent"))
+    scalar = NamedSharding(mesh, P())
+    keys = seed_keys(seed_ids, agents)
+
+    if which is None:
+        init = jax.jit(jax.vmap(lambda k: learner.init(jax.random.fold_in(k, 0))), in_shardings=agents,
+                       out_shardings=agents)
+        init_args = (keys,)
+    else:
+        def init_one(k, w):
+            k = jax.random.fold_in(k, 0)
+            return learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
+
+        init = jax.jit(jax.vmap(init_one), in_shardings=(agents, agents), out_shardings=agents)
+        init_args = (keys, jax.make_array_from_callback(which.shape, agents, lambda index: np.asarray(which)[index]))
+
+    def evaluate(state, k, it):
+        return learner.evaluate(state, jax.random.fold_in(jax.random.fold_in(k, 1), it))
+
+    evaluate = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
+                       out_shardings=agents)
+    programs = {}
+
+    def start_state():
+        state = compiled(init, *init_args, fast=True)(*init_args)  # runs once: optimising it is not worth its compile time
+        return state if population is None else population.init(state)
+
+    t0 = time.perf_counter()
+    like = jax.eval_shape(init, *init_args)  # the learner state, or (learner state, population state):
+    like = like if population is None else jax.eval_shape(population.init, like)
+    resumed = checkpoint.load(like) if checkpoint is not None else None
+    if resumed is None:
+        tree = start_state()
+        record = Record()
+    else:
+        leaves, record = resumed
+        n_agent_leaves = len(jax.tree.leaves(like if population is None else like[0]))
+        shardings = [agents] * n_agent_leaves + [scalar] * (len(leaves) - n_agent_leaves)  # population: replicated
+        tree = jax.tree.unflatten(jax.tree.structure(like), [
+            jax.make_array_from_callback(leaf.shape, sh, lambda index, leaf=leaf: leaf[index])
+            for leaf, sh in zip(leaves, shardings)])
+        on_segment(record.done)
+    state, pop_state = (tree, None) if population is None else tree
+    an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
+    evaluate = compiled(evaluate, state, keys, an_int, fast=fast_compile)
+
+    def segment(length):
+        if length not in programs:  # the first iteration's number is unbatched: asks only when deciding
+            program = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, length, start), in_axes=(0, None)),
+                              in_shardings=(agents, scalar), out_shardings=agents, donate_argnums=0)
+            programs[length] = compiled(program, state, an_int, fast=fast_compile)
+        return programs[length]
+
+    ready = population.ready if population is not None else None
+    for length in segments(iterations, eval_every, ready)[len(record.seg_times):]:
+        ts = time.perf_counter()
+        start = jax.device_put(jnp.asarray(record.done, jnp.int32), scalar)
+        state, metrics = segment(length)(state, start)
+        metrics = {k: to_host(v) for k, v in metrics.items()}
+        done = record.done + length
+        reward = None
+        if done % eval_every == 0 or done == iterations:
+            reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
+        record.add(length, metrics, reward, 0.0)
+        if population is not None and done % ready == 0 and done < iterations:
+            objectives = population.objective_of(record.metrics())
+            state, pop_state, parents = population.step(state, pop_state, done, jnp.asarray(objectives, jnp.float32))
+            record.lineage.append((done, to_host(parents), np.asarray(objectives, np.float32)))
+        record.seg_times[-1] = time.perf_counter() - ts
+        if checkpoint is not None:
+            checkpoint.save(state if population is None else (state, pop_state), record)
+        on_segment(length)
+    out = record.result(t0)
+    out["segment_seconds"] = np.asarray(record.seg_times)
+    return out
+
+
+def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
+                  on_segment: Callable[[int], None] = lambda k: None,
+                  checkpoint: Checkpoint | None = None) -> dict[str, np.ndarray]:
+    """Gymnasium envs: `agents.driver` steps one vector env per agent on the host, with the
+    policy, the PPO update and the tuner jitted and vmapped (not sharded). With a
+    checkpoint, the learner state and the Record are saved after every segment; a resumed
+    unit continues from there with new environments (gymnasium envs cannot be saved:
+    the episodes in flight at the kill start over, so a resumed host unit is not
+    bit-identical to an uninterrupted one)."""
+    keys = host_seed_keys(seed_ids)
+    t0 = time.perf_counter()
+    states, record = None, Record()
+    if checkpoint is not None:
+        like = jax.eval_shape(jax.vmap(learner.init), keys)
+        resumed = checkpoint.load(like)
+        if resumed is not None:
+            leaves, record = resumed
+            states = jax.tree.unflatten(jax.tree.structure(like), [jax.numpy.asarray(x) for x in leaves])
+            on_segment(record.done)
+
+    last = [time.perf_counter()]
+
+    def callback(info):
+        length = info.iteration - record.done
+        now = time.perf_counter()
+        record.add(length, info.metrics, info.eval_returns, now - last[0])
+        last[0] = now
+        if checkpoint is not None:
+            checkpoint.save(info.states, record)
+        on_segment(length)
+
+    driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback, states=states)
+    return record.result(t0)

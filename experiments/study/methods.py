@@ -1,0 +1,76 @@
+"""The one table of methods: every tuner and population method a study can run.
+
+A row: `name` (its name in hcjax's registries: `hcjax.available()` for per-agent tuners,
+`hcjax.populations()` for population methods), `label` (tables and figures), `color`
+(figures; None: matplotlib's next colour), `population` (a population method over a
+unit's seeds rather than one tuner per agent), `paper` (one of the paper's six compared
+methods), and the options a study or benchmark derives for it (`options`): `budget`
+(HyperBand's budget: the run's number of decisions), `buffer` (the GP ring buffer),
+`arms` (the HyperController's arms per dimension).
+
+A new tuner: its own file in hcjax/tuners/ and one row here.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One row of the table (see the module docstring)."""
+
+    name: str
+    label: str
+    color: str | None = None
+    population: bool = False
+    paper: bool = False
+    budget: bool = False  # takes `budget`: the number of decisions of the run
+    buffer: bool = False  # takes `buffer`: the size of its GP ring buffer
+    arms: bool = False  # takes `d`: arms per dimension of its grid
+
+
+# In the order of tables and figures: the paper's six, the fixed-default reference, then the
+# population methods (not in the paper).
+TABLE = (
+    Method("hypercontroller", "HC", "tab:red", paper=True, arms=True),
+    Method("random", "R", "tab:blue", paper=True),
+    Method("pb2", "PB2", "tab:green", paper=True, buffer=True),
+    Method("gp_ucb", "GP-UCB", "tab:purple", paper=True, buffer=True),
+    Method("hyperband", "HB", "tab:orange", paper=True, budget=True),
+    Method("random_start", "RS", "tab:brown", paper=True),
+    Method("fixed", "Fixed", "tab:gray"),
+    Method("pbt", "PBT", population=True),
+    Method("pb2_population", "PB2-pop", population=True),
+    Method("hypercontroller_shared", "HC-shared", population=True),
+)
+BY_NAME = {m.name: m for m in TABLE}
+
+PAPER_METHODS = tuple(m.name for m in TABLE if m.paper)  # the six compared methods of the paper
+METHODS = tuple(m.name for m in TABLE if not m.population)  # per-agent tuners: the paper's six + fixed
+POPULATION_METHODS = tuple(m.name for m in TABLE if m.population)  # population-based training over the seeds
+ALL_METHODS = METHODS + POPULATION_METHODS
+GP_METHODS = tuple(m.name for m in TABLE if m.buffer)
+
+
+def label(name: str) -> str:
+    """The method's short label (its name when it is not in the table)."""
+    return BY_NAME[name].label if name in BY_NAME else name
+
+
+def color(name: str) -> str | None:
+    """The method's colour in figures; None: not fixed (matplotlib's colour cycle)."""
+    return BY_NAME[name].color if name in BY_NAME else None
+
+
+def is_population(name: str) -> bool:
+    """A population method (hcjax.populations()) rather than a per-agent tuner."""
+    return name in BY_NAME and BY_NAME[name].population
+
+
+def options(name: str, *, decisions: int | None = None, buffer: int | None = None,
+            arms: int | None = None) -> dict:
+    """The options of `name` derived from a run: of the given `decisions` (the number of
+    asks), `buffer` (GP buffer size) and `arms` (arms per dimension), those it takes."""
+    row = BY_NAME[name]
+    given = {"budget": (row.budget, decisions), "buffer": (row.buffer, buffer), "d": (row.arms, arms)}
+    return {key: value for key, (takes, value) in given.items() if takes and value is not None}

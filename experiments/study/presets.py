@@ -1,0 +1,397 @@
+"""Presets of the paper's study: which environments, methods, seeds, iterations and PPO sizes.
+
+    smoke  one environment, three methods, two seeds, a few iterations, tiny networks:
+           the README's first command, a table and a figure in under 3 minutes on a
+           2-core CPU (compilation included).
+    cpu    every method + fixed on the paper's five environments, 3 seeds, sized to
+           finish within about 2 hours on a 2-core CPU. Its reductions from the paper
+           are listed in `Preset.reductions`.
+    paper  the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per
+           iteration, 3x256 networks, 10 epochs), meant for a GPU.
+    cpu_learn  a CPU study that can tell methods apart: five JAX tasks where PPO with the
+           fixed defaults clearly learns, all seven methods, 20 seeds, methods fused.
+    gpu    the paper's tasks that have a Brax version, all seven methods, 16 seeds,
+           methods fused: sized for under 8 minutes on one H100.
+
+`resolve(preset, envs=..., methods=..., seeds=..., iterations=..., space=...)` validates
+everything (names, counts, the search space) and returns a `Plan` before anything is
+compiled (it imports the environment registries it needs). A preset can also come from
+a study file (`experiments.study.studyfile`).
+
+Environments. The paper's names (HalfCheetah-v4, BipedalWalker-v3, Pusher-v4,
+InvertedDoublePendulum-v4, Reacher-v4) are mapped per preset (`paths`) to either a Brax
+re-implementation (jitted, vmapped with the agents, fast) or the exact gymnasium task
+stepped on the host (the paper's environment, slower). Any other name is looked up by
+`agents.envs.resolve` in the registries of gymnax, Brax and gymnasium (bare, or with a
+`gymnax/`, `brax/` or `gymnasium/` prefix); its backend is recorded in the EnvChoice.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+from agents import envs as agent_envs
+from experiments.study.methods import ALL_METHODS, METHODS
+from hcjax import Hyperparameter, Space, ppo_space
+
+PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvChoice:
+    """How one study environment is run: `label` (tables, figures), `make` (the name given
+    to agents.envs.make), `path` (its backend: 'brax' | 'gymnax' | 'gymnasium'), `why`
+    (the reason), `ppo` (PPOConfig overrides for this environment only, on top of the
+    study's, e.g. objective = "return_change" where the per-step reward is constant)."""
+
+    label: str
+    make: str
+    path: str
+    why: str
+    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _backend_of(make: str) -> str:
+    """The library behind an environment name (ValueError with suggestions if unknown)."""
+    return agent_envs.resolve(make).backend
+
+
+# Per preset, the path of each paper environment and why. Speeds are the anchor figures
+# of PAPER.md measured on a 2-core CPU (Brax: 64 envs x 100 steps jitted; gymnasium: one env).
+CPU_PATHS = {
+    "HalfCheetah-v4": ("halfcheetah",
+                       "Brax (spring) steps 11k/s jitted and vmapped with the agents vs 7.4k/s for one "
+                       "gymnasium env plus a host round trip per step; speed wins on the CPU budget"),
+    "BipedalWalker-v3": ("BipedalWalker-v3", "gymnasium only (Box2D has no Brax/gymnax port)"),
+    "Pusher-v4": ("Pusher-v5",
+                  "gymnasium Pusher-v5 (v4 needs mujoco<3): 6.4k steps/s on the host is faster than "
+                  "Brax pusher (2.0k/s) and is the paper's exact task"),
+    "InvertedDoublePendulum-v4": ("inverted_double_pendulum",
+                                  "Brax steps 126k/s vs 5.9k/s for gymnasium: 20x faster"),
+    "Reacher-v4": ("reacher", "Brax steps 85k/s vs 7.9k/s for gymnasium: 10x faster"),
+}
+PAPER_PATHS = {
+    "HalfCheetah-v4": ("HalfCheetah-v4", "fidelity: the paper's exact MuJoCo task (gymnasium, host)"),
+    "BipedalWalker-v3": ("BipedalWalker-v3", "gymnasium only (Box2D has no Brax/gymnax port)"),
+    "Pusher-v4": ("Pusher-v5", "fidelity: the paper's task; v5 because v4 needs mujoco<3 (same dynamics)"),
+    "InvertedDoublePendulum-v4": ("InvertedDoublePendulum-v4", "fidelity: the paper's exact task (gymnasium)"),
+    "Reacher-v4": ("Reacher-v4", "fidelity: the paper's exact task (gymnasium)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A study definition.
+
+    envs: study environment names (keys of `paths` or direct agents.envs names);
+    methods: tuner names; seeds: number of seeds (the same seeds 0..seeds-1 for every
+    method); iterations: PPO iterations per run; eval_every: iterations between
+    evaluations (and one after the last); tune_every: iterations between `ask`s (tell
+    every iteration); space: the tuned hyperparameters, one dict of
+    `hcjax.Hyperparameter` fields each (names: tunable PPOConfig fields; default the
+    paper's four, `paper_space()`); ppo: PPOConfig field overrides; tuner: per-method
+    option overrides; paths: study env -> (make name, why); env_ppo: study env -> PPOConfig
+    overrides for that environment only; reductions: every departure from the paper's
+    settings, in words; fast_compile: compile the training segments without XLA backend
+    optimisation (for tiny runs); fuse_methods: run all methods of a JAX environment in
+    one program compiled once (a stacked tuner, the method chosen per agent; each
+    agent's numbers are those of its method run alone).
+    """
+
+    name: str
+    envs: tuple[str, ...]
+    methods: tuple[str, ...]
+    seeds: int
+    iterations: int
+    eval_every: int = 10
+    tune_every: int = 5
+    space: tuple[Mapping[str, Any], ...] = ()
+    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tuner: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    paths: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    env_ppo: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    reductions: tuple[str, ...] = ()
+    description: str = ""
+    fast_compile: bool = False
+    fuse_methods: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON-able form (for the manifest)."""
+        d = dataclasses.asdict(self)
+        d["space"] = [dict(h) for h in self.space]
+        d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
+        d["paths"] = {k: list(v) for k, v in self.paths.items()}
+        d["env_ppo"] = {k: dict(v) for k, v in self.env_ppo.items()}
+        return d
+
+
+def paper_space(batch_size: tuple[int, int] = (1000, 6000)) -> tuple[dict, ...]:
+    """The paper's four hyperparameters (`hcjax.ppo_space`) as study-file entries."""
+    return tuple({k: v for k, v in dataclasses.asdict(h).items() if v is not None}
+                 for h in ppo_space(batch_size=batch_size).hyperparameters)
+
+
+# The space of the studies sized for learning within 100 iterations (cpu_learn, gpu).
+LEARNING_SPACE = (
+    dict(name="learning_rate", low=1e-4, high=1e-2, scale="log", default=1e-3),
+    dict(name="clip_eps", low=0.1, high=0.5, default=0.2),
+    dict(name="gae_lambda", low=0.9, high=1.0, default=0.95),
+    dict(name="batch_size", low=256, high=2048, integer=True, default=1024),
+)
+# Their PPO settings and GP buffers (100 points: every observation of a 100-iteration run).
+LEARNING_PPO = dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
+                    eval_steps=1000)
+LEARNING_TUNER = dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100))
+GPU_PATHS = {
+    "HalfCheetah-v4": ("halfcheetah", "Brax (spring): jitted and vmapped with the agents on the GPU"),
+    "Pusher-v4": ("pusher", "Brax (spring): jitted and vmapped with the agents on the GPU"),
+    "InvertedDoublePendulum-v4": ("inverted_double_pendulum", "Brax (spring): jitted and vmapped on the GPU"),
+    "Reacher-v4": ("reacher", "Brax (spring): jitted and vmapped with the agents on the GPU"),
+}
+
+
+PRESETS: dict[str, Preset] = {
+    "smoke": Preset(
+        name="smoke",
+        envs=("CartPole-v1",),
+        methods=("hypercontroller", "random", "fixed"),
+        seeds=2,
+        iterations=20,
+        eval_every=10,
+        tune_every=5,
+        space=paper_space(batch_size=(128, 512)),
+        ppo=dict(num_envs=8, hidden_sizes=(32, 32), update_epochs=2, num_minibatches=4, eval_steps=500,
+                 objective="return_change"),
+        fast_compile=True,
+        description="one gymnax env (CartPole-v1, jitted end to end), three methods, two seeds, "
+                    "20 iterations of 128-512 frames, 2x32 networks: a table and a figure in < 3 min",
+        reductions=(
+            "CartPole-v1 (gymnax) instead of the paper's MuJoCo/Box2D tasks",
+            "2 seeds instead of 10", "20 iterations instead of 1000",
+            "batch size (frames per iteration) in [128, 512] instead of [1000, 6000]",
+            "2x32 networks instead of 3x256", "2 epochs instead of 10",
+            "evaluation episodes of up to 500 steps (CartPole's limit) instead of 1000",
+            "objective: change of the mean training episode return, because CartPole's per-step reward "
+            "is always 1 and the paper's reward change would be identically 0",
+            "training segments compiled without XLA backend optimisation (compilation dominates)",
+        ),
+    ),
+    "cpu": Preset(
+        name="cpu",
+        envs=PAPER_ENVS,
+        methods=METHODS,
+        seeds=3,
+        iterations=100,
+        eval_every=10,
+        tune_every=5,
+        space=paper_space(batch_size=(256, 1536)),
+        ppo=dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4, eval_steps=1000),
+        tuner=dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100)),
+        paths=CPU_PATHS,
+        description="all six methods + fixed on the five paper environments, 3 seeds, 100 iterations "
+                    "of 256-1536 frames, 2x64 networks, 4 epochs; Brax where it is much faster; "
+                    "about 90 min on an idle 2-core CPU (estimated from 20-iteration units)",
+        reductions=(
+            "3 seeds instead of 10", "100 iterations instead of 1000",
+            "batch size (frames per iteration) in [256, 1536] instead of [1000, 6000] "
+            "(same 6:1 ratio; the update costs that of the largest batch)",
+            "2x64 networks instead of 3x256", "4 epochs instead of 10",
+            "GP buffers of 100 points (= every observation of the run) instead of 1000",
+            "HalfCheetah, InvertedDoublePendulum and Reacher are the Brax re-implementations "
+            "(different dynamics and reward scales from MuJoCo's); Pusher is gymnasium Pusher-v5",
+        ),
+    ),
+    "paper": Preset(
+        name="paper",
+        envs=PAPER_ENVS,
+        methods=METHODS,
+        seeds=10,
+        iterations=1000,
+        eval_every=10,
+        tune_every=5,
+        space=paper_space(batch_size=(1000, 6000)),
+        ppo=dict(hidden_sizes=(256, 256, 256), update_epochs=10, eval_steps=1000),
+        paths=PAPER_PATHS,
+        description="the paper's settings (10 seeds, 1000 iterations, 1000-6000 frames per "
+                    "iteration, 3x256, 10 epochs) on the exact gymnasium tasks; meant for a GPU",
+        reductions=("Pusher-v5 instead of Pusher-v4 (v4 needs mujoco<3)",
+                    "learning rate tuned on a log scale (the reference code's grid was linear)",
+                    "every baseline trains for real (the reference's batch-size and HyperBand defects "
+                    "are not reproduced)"),
+    ),
+    "cpu_learn": Preset(
+        name="cpu_learn",
+        envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "reacher", "inverted_double_pendulum"),
+        methods=METHODS,
+        seeds=20,
+        iterations=100,
+        eval_every=10,
+        tune_every=5,
+        space=LEARNING_SPACE,
+        ppo=LEARNING_PPO,
+        tuner=LEARNING_TUNER,
+        env_ppo={"CartPole-v1": dict(objective="return_change", eval_steps=500),
+                 "Acrobot-v1": dict(objective="return_change", eval_steps=500),
+                 "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200)},
+        fuse_methods=True,
+        description="a CPU study that can tell methods apart: five JAX tasks on which PPO with the fixed "
+                    "defaults clearly learns in 100 iterations (gymnax CartPole, Acrobot, Pendulum; Brax reacher "
+                    "and inverted_double_pendulum), all seven methods, 20 seeds, every method of a task in one "
+                    "program compiled once; about an hour on a 2-core CPU",
+        reductions=(
+            "gymnax CartPole-v1, Acrobot-v1, Pendulum-v1 and Brax reacher, inverted_double_pendulum instead of "
+            "the paper's gymnasium tasks (all jitted and vmapped: the CPU budget allows 20 seeds)",
+            "20 seeds instead of 10", "100 iterations instead of 1000",
+            "learning rate in [1e-4, 1e-2] (log) with default 1e-3 instead of [1e-5, 1e-3] with 3e-4, and batch "
+            "size in [256, 2048] with default 1024 instead of [1000, 6000] with 1000: the defaults learn in 100 "
+            "iterations (calibrated, see experiments/README.md)",
+            "2x64 networks instead of 3x256, 4 epochs of 8 minibatches instead of 10 of 16 (Pendulum: 10 of 16)",
+            "entropy coefficient 0 instead of 1e-4",
+            "objective: change of the mean episode return on CartPole and Acrobot (their per-step reward is "
+            "constant, so the paper's reward change would carry no signal); reward change elsewhere",
+            "GP buffers of 100 points (= every observation of the run) instead of 1000",
+        ),
+    ),
+    "gpu": Preset(
+        name="gpu",
+        envs=("HalfCheetah-v4", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4"),
+        methods=METHODS,
+        seeds=16,
+        iterations=100,
+        eval_every=20,
+        tune_every=5,
+        space=LEARNING_SPACE,
+        ppo=LEARNING_PPO,
+        tuner=LEARNING_TUNER,
+        paths=GPU_PATHS,
+        fuse_methods=True,
+        description="the paper's tasks that have a JAX version (Brax halfcheetah, pusher, inverted_double_pendulum, "
+                    "reacher), all seven methods, 16 seeds, 100 iterations of 256-2048 frames, every method of a "
+                    "task in one program compiled once: estimated at under 8 minutes on one H100 (not yet run "
+                    "on one)",
+        reductions=(
+            "Brax re-implementations instead of the gymnasium tasks (different dynamics and reward scales); "
+            "BipedalWalker-v3 is left out: it has no JAX version, and on the host path its 16 x 7 seeds would "
+            "take longer than the whole preset",
+            "16 seeds instead of 10 (more, for the statistics)", "100 iterations instead of 1000",
+            "learning rate in [1e-4, 1e-2] (log) with default 1e-3, batch size in [256, 2048] with default 1024 "
+            "(the cpu_learn space: the defaults learn in 100 iterations)",
+            "2x64 networks, 4 epochs of 8 minibatches, entropy coefficient 0 (as cpu_learn)",
+            "GP buffers of 100 points (= every observation of the run) instead of 1000",
+        ),
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated study: the preset after overrides, and how each environment runs."""
+
+    preset: Preset
+    envs: tuple[EnvChoice, ...]
+
+    @property
+    def space(self):
+        """The tuned hyperparameters as an hcjax.Space."""
+        return Space(Hyperparameter(**entry) for entry in self.preset.space)
+
+    @property
+    def units(self) -> list[tuple[EnvChoice, str]]:
+        """(env, method) pairs in run order: environment-major."""
+        return [(e, m) for e in self.envs for m in self.preset.methods]
+
+    def to_dict(self) -> dict:
+        d = self.preset.to_dict()
+        d["env_choices"] = [dataclasses.asdict(e) for e in self.envs]
+        return d
+
+
+def _names(field: str, given: Sequence[str], allowed: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Validate a non-empty list of names without duplicates (against `allowed` if given)."""
+    if isinstance(given, str):
+        given = [given]
+    given = [g.strip() for g in given]
+    if not given:
+        raise ValueError(f"{field} must not be empty" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+    bad = [g for g in given if allowed is not None and g not in allowed]
+    if bad:
+        raise ValueError(f"unknown {field} {bad}; allowed: {', '.join(allowed)}")
+    dup = sorted({g for g in given if given.count(g) > 1})
+    if dup:
+        raise ValueError(f"{field}: duplicates {dup}")
+    return tuple(given)
+
+
+def _positive(field: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{field} must be a positive integer (>= 1), got {value!r}")
+    return value
+
+
+def choose_env(name: str, preset: Preset) -> EnvChoice:
+    """The EnvChoice of a study environment name under `preset`: the preset's `paths`
+    first, then any name `agents.envs.resolve` knows (ValueError with the closest names);
+    with the preset's `env_ppo` overrides for it."""
+    ppo = dict(preset.env_ppo.get(name, {}))
+    if name in preset.paths:
+        make, why = preset.paths[name]
+        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, ppo=ppo)
+    if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
+        return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
+                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", ppo=ppo)
+    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
+
+
+def check_space(entries) -> tuple[dict, ...]:
+    """Validate study-file space entries (dicts of Hyperparameter fields) by building the
+    hcjax.Space; ValueError naming the entry. Empty: the paper's four."""
+    entries = tuple(dict(e) for e in entries) or paper_space()
+    params = []
+    for i, entry in enumerate(entries):
+        try:
+            params.append(Hyperparameter(**entry))
+        except TypeError as e:
+            raise ValueError(f"space[{i}] {entry}: {e}") from None
+    Space(params)
+    return entries
+
+
+def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None,
+            methods: Sequence[str] | None = None, seeds: int | None = None,
+            iterations: int | None = None, space: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+    """Validate a preset (a name or a Preset, e.g. from a study file) and its overrides;
+    ValueError naming the field and the allowed values on any bad input. Compiles
+    nothing."""
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+        preset = PRESETS[preset]
+    elif not isinstance(preset, Preset):
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)} or a Preset, got {type(preset).__name__}")
+    changes = {}
+    if envs is not None:
+        changes["envs"] = _names("env", envs)
+    if methods is not None:
+        changes["methods"] = _names("method", methods, ALL_METHODS)
+    if seeds is not None:
+        changes["seeds"] = _positive("seeds", seeds)
+    if iterations is not None:
+        changes["iterations"] = _positive("iterations", iterations)
+    if space is not None:
+        changes["space"] = tuple(space)
+    p = dataclasses.replace(preset, **changes)
+    _names("env", p.envs)
+    _names("method", p.methods, ALL_METHODS)
+    _positive("seeds", p.seeds)
+    _positive("iterations", p.iterations)
+    _positive("eval_every", p.eval_every)
+    _positive("tune_every", p.tune_every)
+    p = dataclasses.replace(p, space=check_space(p.space))
+    unknown = sorted(set(p.env_ppo) - set(p.envs))
+    if unknown:
+        raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; envs: {', '.join(p.envs)}")
+    choices = tuple(choose_env(e, p) for e in p.envs)
+    labels = [c.label for c in choices]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"env: duplicates in {labels}")
+    return Plan(preset=p, envs=choices)

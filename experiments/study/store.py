@@ -1,0 +1,438 @@
+"""Results on disk: the study directory, its lock, manifest and unit files.
+
+Layout of a study directory (`StudyDir` owns every path; the engine and `hcjax plot`
+ask it, neither spells a path):
+
+    manifest.json                 the study's configuration (the resolved study), its
+                                  study key, package versions, git commit, devices,
+                                  start time; previous runs' headers under `runs`
+    units/<env>__<method>.npz     one finished unit, see `UnitResult`
+    units/corrupt/                unreadable unit files moved aside (recomputed on resume)
+    checkpoints/<unit>.npz        the training state of the unit in flight (see checkpoints); the
+                                  directory is removed once no checkpoint is left
+    run.log                       every run's log lines and full tracebacks, appended
+    .lock                         held by the one process writing the directory
+    figures/, tables/, report.md  written by `hcjax plot`
+
+Every write goes to a temporary file in the same directory, is fsynced and then
+`os.replace`d onto its name, so a file is either absent or complete; files get the
+user's umask (0644 typically). One writer per directory: `StudyDir.lock()` holds an
+exclusive lock (filelock) for the whole run, and a second run on the same directory
+fails at once naming the process that holds it.
+
+Configuration checks. A unit's configuration (everything that changes its numbers) is
+hashed into its `config_key`; the part every unit of a study shares (seeds,
+iterations, PPO settings, search space, ... - everything but the environment, the
+method and the method's options) into the `study_key`. A directory holds one study
+key: a run with another one is refused before any work, and `hcjax plot` refuses
+units of different study keys. Adding environments or methods with the same study key
+to a directory is allowed (the manifest lists the union).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import filelock
+import numpy as np
+
+from experiments import deps
+from experiments.study.plan import jsonable, study_key
+
+FORMAT = 1
+
+# Per-iteration arrays of every seed: (S, T) except hparams (S, T, h).
+SEED_METRICS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
+LINEAGE = ("lineage_iteration", "lineage_parent", "lineage_objective")  # optional: population methods
+
+
+@dataclasses.dataclass
+class UnitResult:
+    """Everything one unit (env, method) produced.
+
+    seeds: (S,) int seed ids; train_reward, objective, frames, rejected,
+    episode_return: (S, T); hparams: (S, T, h); eval_iteration: (E,) iterations done
+    when evaluated (1-based); eval_reward: (S, E) evaluation reward sums; tuner_time:
+    (T,) seconds of host ask+tell for all agents of the unit at each iteration;
+    meta: env, method, hparam names, timings, devices, ... (JSON-able).
+    Population methods only (empty otherwise), K population steps:
+    lineage_iteration: (K,) iterations done at each step; lineage_parent: (S, K) the
+    agent each seed continued from (itself if not replaced); lineage_objective: (S, K)
+    the objectives the step ranked; the values chosen are hparams[:, iteration].
+    """
+
+    seeds: np.ndarray
+    train_reward: np.ndarray
+    objective: np.ndarray
+    hparams: np.ndarray
+    frames: np.ndarray
+    rejected: np.ndarray
+    episode_return: np.ndarray
+    eval_iteration: np.ndarray
+    eval_reward: np.ndarray
+    tuner_time: np.ndarray
+    meta: dict
+    lineage_iteration: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), np.int32))
+    lineage_parent: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    lineage_objective: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.float32))
+
+    @property
+    def success(self) -> np.ndarray:
+        """(S,) bool: the seed finished without a rejected update and without NaN/inf
+        in its training reward or evaluation reward sums."""
+        ok = (self.rejected.sum(axis=1) == 0)
+        ok &= np.all(np.isfinite(self.train_reward), axis=1)
+        ok &= np.all(np.isfinite(self.eval_reward), axis=1)
+        return ok
+
+
+def unit_name(env: str, method: str) -> str:
+    """File stem of a unit: the env label made file-name safe, then the method."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
+    return f"{safe}__{method}"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` atomically (temp file in the same directory, fsync,
+    os.replace), with the mode a plain `open` would give (0666 minus the umask)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def unit_bytes(result: UnitResult) -> bytes:
+    """The .npz bytes of a unit (arrays + meta as JSON)."""
+    arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name != "meta"}
+    arrays["meta"] = np.asarray(json.dumps({"format": FORMAT, **result.meta}, default=jsonable))
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def load_unit(path: str | os.PathLike) -> UnitResult:
+    """Read one unit file; raises CorruptFile naming it when it cannot be read."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
+                      if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
+            meta = json.loads(str(z["meta"]))
+        if not isinstance(meta, dict) or "env" not in meta or "method" not in meta:
+            raise ValueError("its meta lacks env/method")
+    except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
+        raise CorruptFile(f"{path}: unreadable unit file ({type(e).__name__}: {e})") from e
+    return UnitResult(meta=meta, **fields)
+
+
+class CorruptFile(ValueError):
+    """A results file that cannot be read (truncated, garbage, wrong format)."""
+
+
+class StudyBusy(RuntimeError):
+    """Another process holds the study directory's lock."""
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested JSON-able dicts (a: old, b: new)."""
+    out = []
+    for k in sorted(set(a) | set(b), key=str):
+        name = f"{prefix}{k}"
+        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _differences(va, vb, name + ".")
+        elif json.dumps(va, sort_keys=True, default=jsonable) != json.dumps(vb, sort_keys=True, default=jsonable):
+            out.append(f"{name}: {va!r} -> {vb!r}")
+    return out
+
+
+class StudyDir:
+    """One study directory (see the module docstring for its layout)."""
+
+    MANIFEST = "manifest.json"
+    UNITS = "units"
+    CORRUPT = "corrupt"
+    CHECKPOINTS = "checkpoints"
+    LOG = "run.log"
+    LOCK = ".lock"
+    OWNER = ".lock.owner"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._lock = None
+
+    # -- paths --
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def units_dir(self) -> Path:
+        return self.path / self.UNITS
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / self.LOG
+
+    def unit_path(self, env: str, method: str) -> Path:
+        return self.units_dir / f"{unit_name(env, method)}.npz"
+
+    def checkpoint_path(self, env: str, method: str) -> Path:
+        return self.path / self.CHECKPOINTS / f"{unit_name(env, method)}.npz"
+
+    # -- checks before any work --
+    def check_writable(self) -> None:
+        """ValueError when the directory cannot be created or written (named, with why)."""
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"--out {p} is an existing file, not a directory; choose another --out")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--out {p} cannot be created: {e.strerror or e}") from None
+        probe = p / f".write-test-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ValueError(f"--out {p} is not writable: {e.strerror or e}") from None
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the directory's exclusive lock; StudyBusy naming the holder if taken."""
+        self.check_writable()
+        lock = filelock.FileLock(str(self.path / self.LOCK), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise StudyBusy(f"{self.path} is in use by another hcjax run ({self._owner()}); wait for it to "
+                            f"finish or stop it, or use another --out") from None
+        owner = self.path / self.OWNER
+        try:
+            atomic_write_text(owner, json.dumps({"pid": os.getpid(), "host": platform.node(), "argv": sys.argv,
+                                                 "started": _now()}))
+            yield self
+        finally:
+            owner.unlink(missing_ok=True)
+            lock.release()
+
+    def _owner(self) -> str:
+        try:
+            o = json.loads((self.path / self.OWNER).read_text())
+            return f"pid {o['pid']} on {o['host']}, started {o['started']}: {' '.join(map(str, o['argv']))}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "holder unknown"
+
+    # -- manifest --
+    def read_manifest(self) -> dict | None:
+        """The manifest, None if absent; ValueError naming the file and the fix if unreadable."""
+        p = self.manifest_path
+        if not p.exists():
+            return None
+        try:
+            manifest = json.loads(p.read_text())
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
+                raise ValueError("no 'config' object")
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{p} is corrupt ({type(e).__name__}: {e}). Fix: move it aside "
+                             f"(mv {p} {p}.bad); the next run writes a new one and keeps the unit files") from None
+        return manifest
+
+    def study_keys_on_disk(self) -> set[str]:
+        """Study keys of the manifest (or, for older manifests, of the readable units)."""
+        manifest = self.read_manifest()
+        if manifest and manifest.get("study_key"):
+            return {manifest["study_key"]}
+        keys = set()
+        for path in sorted(self.units_dir.glob("*.npz")):
+            try:
+                keys.add(study_key(load_unit(path).meta.get("config", {})))
+            except CorruptFile:
+                continue
+        return keys
+
+    def check_study(self, study: dict, key: str) -> None:
+        """ValueError if the directory holds a study with another study key."""
+        on_disk = self.study_keys_on_disk() - {key}
+        if not on_disk:
+            return
+        manifest = self.read_manifest() or {}
+        old = manifest.get("study") or {}
+        diff = _differences(old, study) if old else []
+        detail = ("; differences: " + "; ".join(diff[:8])) if diff else ""
+        raise ValueError(f"{self.path} holds a study with a different configuration (study key "
+                         f"{', '.join(sorted(on_disk))}, this run {key}){detail}. Use another --out, or "
+                         f"delete {self.path} to start over")
+
+    def write_manifest(self, config: dict, study: dict, key: str, merge: Callable[[dict, dict], dict] | None = None,
+                       extra: dict | None = None) -> dict:
+        """Write the manifest: `config` (merged with the previous one's by `merge(old, new)`
+        when given), the study part and key, this run's header (kept under `runs`)."""
+        previous = self.read_manifest()
+        if previous is not None and merge is not None:
+            config = merge(previous["config"], config)
+        run = {"started": _now(), "argv": sys.argv, "packages": deps.versions(), "git": git_commit(),
+               "devices": deps.devices(), **(extra or {})}
+        manifest = {"format": FORMAT, "study_key": key, "study": study, "config": config, **run,
+                    "runs": (previous.get("runs", []) if previous else []) + [run]}
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=jsonable))
+        return manifest
+
+    # -- units --
+    def quarantine(self, path: Path) -> Path:
+        """Move an unreadable file into units/corrupt/ (kept for inspection); returns its new path."""
+        target = self.units_dir / self.CORRUPT / f"{path.name}.{datetime.datetime.now():%Y%m%dT%H%M%S}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        return target
+
+    def finished(self, env: str, method: str, config_key_: str, log: Callable[[str], None] = print) -> bool:
+        """True when the unit's file is there with this configuration. An unreadable file is
+        moved aside (and the unit recomputed); a readable one of another configuration
+        raises ValueError."""
+        path = self.unit_path(env, method)
+        if not path.exists():
+            return False
+        try:
+            unit = load_unit(path)
+        except CorruptFile as e:
+            log(f"{e}; moved to {self.quarantine(path)}, the unit will be recomputed")
+            return False
+        if unit.meta.get("config_key") != config_key_:
+            raise ValueError(f"{path} exists with a different configuration (config key "
+                             f"{unit.meta.get('config_key')}, this run {config_key_}); use another --out, or "
+                             f"delete that file to recompute it")
+        return True
+
+    # -- checkpoints of the unit in flight --
+    def save_checkpoint(self, env: str, method: str, arrays: dict[str, np.ndarray]) -> Path:
+        """Write the unit's checkpoint atomically (an uncompressed .npz of `arrays`)."""
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        path = self.checkpoint_path(env, method)
+        atomic_write_bytes(path, buf.getvalue())
+        return path
+
+    def load_checkpoint(self, env: str, method: str, log: Callable[[str], None] = print) -> dict | None:
+        """The unit's checkpoint arrays, None if there is none; an unreadable one is moved
+        aside (units/corrupt/) and None returned."""
+        path = self.checkpoint_path(env, method)
+        if not path.exists():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: np.asarray(z[k]) for k in z.files}
+        except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
+            log(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); moved to {self.quarantine(path)}, "
+                f"the unit starts over")
+            return None
+
+    def remove_checkpoint(self, env: str, method: str) -> None:
+        """Delete a unit's checkpoint, and the checkpoint directory once it is empty."""
+        path = self.checkpoint_path(env, method)
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # another unit's checkpoint is still there
+            path.parent.rmdir()
+
+    def save_unit(self, result: UnitResult) -> Path:
+        """Write one unit atomically; returns its path."""
+        path = self.unit_path(result.meta["env"], result.meta["method"])
+        atomic_write_bytes(path, unit_bytes(result))
+        return path
+
+    def units(self, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
+        """Every readable unit, in the manifest's order. Unreadable files are skipped with a
+        warning naming them; units of different study keys raise ValueError."""
+        warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+        if not self.units_dir.is_dir():
+            return []
+        units = []
+        for path in sorted(self.units_dir.glob("*.npz")):
+            try:
+                units.append(load_unit(path))
+            except CorruptFile as e:
+                warn(f"{e}; skipped")
+        manifest = self.read_manifest()
+        keys = {}
+        for u in units:
+            keys.setdefault(u.meta.get("study_key") or study_key(u.meta.get("config", {})), []).append(
+                unit_name(u.meta["env"], u.meta["method"]))
+        expected = (manifest or {}).get("study_key")
+        if len(keys) > 1 or (expected and set(keys) - {expected}):
+            detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in keys.items())
+            raise ValueError(f"{self.units_dir} mixes units of different study configurations "
+                             f"(manifest study key {expected}; units by study key: {detail}); "
+                             f"move the odd ones out")
+        order = {}
+        if manifest:
+            envs = [e["label"] for e in manifest["config"].get("env_choices", [])]
+            methods = list(manifest["config"].get("methods", []))
+            order = {(e, m): i for i, (e, m) in enumerate((e, m) for e in envs for m in methods)}
+        return sorted(units, key=lambda u: order.get((u.meta["env"], u.meta["method"]), len(order)))
+
+    def log(self, line: str) -> None:
+        """Append a timestamped line to run.log."""
+        with open(self.log_path, "a") as f:
+            f.write(f"{_now()} {line}\n")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# Module-level shortcuts for readers of a study directory.
+def load_units(out: str | os.PathLike) -> list[UnitResult]:
+    return StudyDir(out).units()
+
+
+def read_manifest(out: str | os.PathLike) -> dict | None:
+    return StudyDir(out).read_manifest()
+
+
+# ---- manifest ----------------------------------------------------------------------------
+
+def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """{'commit': sha or None, 'dirty': bool or None} of the repository holding this code
+    (dirty: tracked files differ from the commit; untracked files, e.g. a study's own
+    output inside the checkout, do not count)."""
+    repo = repo or Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=10).stdout.strip() or None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True,
+                                timeout=10).stdout
+        return {"commit": sha, "dirty": bool(status.strip()) if sha else None}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
