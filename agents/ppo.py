@@ -307,7 +307,7 @@ def make_learner(config: PPOConfig, env, tuner, *, ask: str = "when_deciding") -
     deciding), or an `hcjax.Population` (population-based training): then the agent has
     no tuner of its own (`tuner_state` None, nothing told or asked), its hyperparameters
     start at the space's defaults and are set from outside with `set_hparams` by the
-    loop that steps the population over the agent axis (experiments.runner).
+    loop that steps the population over the agent axis (agents.driver).
     ask: "when_deciding" (default) runs `tuner.ask` only on the iterations that decide;
     "every_iteration" computes it every iteration and keeps it only when deciding (the
     earlier loop: the same numbers at a higher cost, kept for the benchmark).

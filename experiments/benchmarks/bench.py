@@ -24,7 +24,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from experiments import deps
-from experiments import results as R
+from experiments.study import store as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo")  # quickest first
 

@@ -57,7 +57,7 @@ def _backend_of(make: str) -> str:
 
 
 # Per preset, the path of each paper environment and why. Speeds are the anchor figures
-# of PAPER.md measured on a 2-core CPU (Brax: 64 envs x 100 steps jitted; gymnasium: one env).
+# of the paper measured on a 2-core CPU (Brax: 64 envs x 100 steps jitted; gymnasium: one env).
 CPU_PATHS = {
     "HalfCheetah-v4": ("halfcheetah",
                        "Brax (spring) steps 11k/s jitted and vmapped with the agents vs 7.4k/s for one "
@@ -244,7 +244,7 @@ PRESETS: dict[str, Preset] = {
             "20 seeds instead of 10", "100 iterations instead of 1000",
             "learning rate in [1e-4, 1e-2] (log) with default 1e-3 instead of [1e-5, 1e-3] with 3e-4, and batch "
             "size in [256, 2048] with default 1024 instead of [1000, 6000] with 1000: the defaults learn in 100 "
-            "iterations (calibrated, see experiments/README.md)",
+            "iterations (calibrated, see docs/studies.md)",
             "2x64 networks instead of 3x256, 4 epochs of 8 minibatches instead of 10 of 16 (Pendulum: 10 of 16)",
             "entropy coefficient 0 instead of 1e-4",
             "objective: change of the mean episode return on CartPole and Acrobot (their per-step reward is "
