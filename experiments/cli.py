@@ -1,4 +1,4 @@
-"""The `hcjax` command (also `python -m experiments`): run, plot, bench, presets, info.
+"""The `hcjax` command (also `python -m experiments`): run, plot, export, bench, presets, info.
 
 Its usage is argparse's help (`hcjax --help`, `hcjax run --help`, ...): `parser()` below
 is the one place it is written, exit statuses included (EXIT_STATUS).
@@ -20,8 +20,8 @@ import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter f
 import jax
 
 from experiments import deps
-from experiments.benchmarks import bench
-from experiments.reporting import plots, tables
+from experiments.benchmarks import bench as bench_scripts
+from experiments.reporting import export, plots, tables
 from experiments.study import engine, presets, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
@@ -137,6 +137,14 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
     bench.add_argument("--out", default="bench_out", help="report directory (default bench_out/)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats (each script's --quick)")
+    bench.add_argument("--only", nargs="+", choices=bench_scripts.SCRIPTS, metavar="SCRIPT",
+                       help=f"run only these scripts (of {', '.join(bench_scripts.SCRIPTS)})")
+
+    tidy = sub.add_parser("export", help="write a study's units as tidy tables (CSV; Parquet with pyarrow)")
+    tidy.add_argument("dir")
+    tidy.add_argument("--out", help="directory of the tables (default DIR/export)")
+    tidy.add_argument("--format", nargs="+", choices=export.FORMATS, default=["csv"],
+                      help="csv (default) and/or parquet")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
@@ -314,16 +322,23 @@ def _report_failure(e: BaseException, log_path) -> None:
         print(f"full traceback: {log_path}", file=sys.stderr, flush=True)
 
 
-def cmd_plot(args) -> int:
+def finished_units(args) -> tuple[StudyDir, list]:
+    """The study directory `args.dir` and its finished units (UsageError when it has none)."""
     store = StudyDir(args.dir)
     try:
         if not store.path.is_dir():
             raise ValueError(f"{store.path} is not a study directory")
         units = store.units()
         if not units:
-            raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {store.path}` first")
+            raise ValueError(f"{args.command}: no finished units in {store.units_dir}; "
+                             f"run `hcjax run --out {store.path}` first")
     except ValueError as e:
         raise UsageError(e) from None
+    return store, units
+
+
+def cmd_plot(args) -> int:
+    store, units = finished_units(args)
     paths = plots.plot(store.path, units)
     print(Path(paths["results"]).read_text())
     for name, path in paths.items():
@@ -331,8 +346,27 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    store, units = finished_units(args)
+    out = Path(args.out) if args.out else store.path / "export"
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory")
+    if "parquet" in args.format and export.pyarrow is None:
+        raise UsageError('--format parquet needs pyarrow, which is not installed: pip install "hcjax[export]"')
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".hcjax-write-probe"
+        probe.touch(exist_ok=True)
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {out} cannot be written: {e.strerror}") from None
+    for path in export.write(units, out, args.format):
+        print(path)
+    return 0
+
+
 def cmd_bench(args) -> int:
-    report = bench.run(Path(args.out), quick=args.quick)
+    report = bench_scripts.run(Path(args.out), quick=args.quick, scripts=args.only or bench_scripts.SCRIPTS)
     print(f"bench report: {report['paths']['json']}, {report['paths']['markdown']}")
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1
 
@@ -345,7 +379,7 @@ def cmd_info(args) -> int:
     return 1 if problems else 0
 
 
-COMMANDS = {"run": cmd_run, "plot": cmd_plot, "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ PPO = 'objective="return_change"'
 CUSTOM_ENV = "class PointToTarget"
 HOST_TUNER = "HostTuner("
 POPULATION = 'make_population("pbt"'
-MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION)
+EXPORT = "export.write("
+MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT)
 
 
 def python_blocks() -> list[tuple[str, str]]:
@@ -109,3 +110,13 @@ def test_readme_population_example_runs(capsys):
     assert losses.shape == (30, 32)
     assert np.median(losses[-1]) < 0.01 * np.median(losses[0])  # the population found a working learning rate
     assert capsys.readouterr().out.splitlines()[0] == "(30, 32)"
+
+
+def test_export_example_runs(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the example reads the committed population study by its relative path
+    namespace = run_block(EXPORT)
+    units = namespace["units"]
+    lineage = namespace["lineage"]
+    assert len(lineage) == sum(u.lineage_parent.size for u in units) > 0
+    assert set(lineage[0]) == {"env", "method", "seed", "iteration", "parent", "objective"}
+    assert {row["method"] for row in lineage} == {"pbt", "pb2_population", "hypercontroller_shared"}
