@@ -21,7 +21,7 @@ import jax
 
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots, tables
+from experiments.reporting import export, plots, tables, tensorboard
 from experiments.study import engine, presets, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
@@ -121,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="study directory (default runs/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
+    run.add_argument("--tensorboard", action="store_true",
+                     help="live scalars per unit and seed under OUT/tensorboard/ (tensorboard --logdir OUT/tensorboard)")
     run.add_argument("--memory-limit-gib", type=float, default=DEFAULT_MEMORY_LIMIT_GIB,
                      help="refuse a unit estimated to need more memory than this "
                           f"(GiB, default {DEFAULT_MEMORY_LIMIT_GIB:g})")
@@ -250,6 +252,8 @@ def cmd_run(args) -> int:
                                space=None if args.space is None else [parse_hyperparameter(a) for a in args.space])
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
+    if args.tensorboard and not tensorboard.available():
+        raise UsageError('--tensorboard needs tensorboardX, which is not installed: pip install "hcjax[tensorboard]"')
     store = StudyDir(args.out or Path("runs") / plan.preset.name)
     writer = jax.process_index() == 0
     try:
@@ -285,7 +289,8 @@ def _run_locked(args, plan, store, writer: bool) -> int:
     for e in plan.envs:
         log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
     try:
-        engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log, memory_limit_gib=args.memory_limit_gib)
+        engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log,
+                   memory_limit_gib=args.memory_limit_gib, tensorboard=args.tensorboard)
     except (KeyboardInterrupt, Terminated) as e:
         done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
         what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from agents.ppo import PPOConfig, make_learner
+from experiments.reporting.tensorboard import UnitGroupScalars
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.checkpoints import Checkpoint
@@ -37,8 +38,8 @@ from hcjax.tuners.stacked import stack
 
 def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, str],
               on_segment: Callable[[int], None] = lambda k: None,
-              memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None
-              ) -> list[UnitResult]:
+              memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None,
+              tensorboard: Path | None = None) -> list[UnitResult]:
     """Train every seed of the units (env, method) of `methods` (resuming from
     `checkpoint` when it holds one) and measure each tuner's tuning time.
 
@@ -46,7 +47,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     `fuse_methods`, JAX envs only): all of them in ONE program, compiled once, with a
     stacked tuner (hcjax.tuners.stacked) whose method is chosen per agent: agent
     m * seeds + i runs method m with seed i, and gets the numbers it would get alone.
-    keys: method -> the unit's config key."""
+    keys: method -> the unit's config key. tensorboard: a directory for live scalars
+    (`experiments.reporting.tensorboard`), or None."""
     p = plan.preset
     t0 = time.perf_counter()
     environment = build.environment(env.make)
@@ -61,18 +63,22 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
     S, M = p.seeds, len(methods)
     seeds = np.arange(S)
+    on_record = (lambda record: None) if tensorboard is None else \
+        UnitGroupScalars(tensorboard, env.label, methods, S, list(tuners[0].space.names))
     if environment.host:
         if M > 1:
             raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
         ids, n_dev = seeds, 1
-        out = run_host_unit(learner, learner.tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint)
+        out = run_host_unit(learner, learner.tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint,
+                            on_record=on_record)
     else:
         n_dev = len(jax.devices())
         n = padded_count(M * S, n_dev)
         ids = np.concatenate([np.tile(seeds, M), S + np.arange(n - M * S)])
         which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
-                           checkpoint=checkpoint, which=which if M > 1 else None, population=population)
+                           checkpoint=checkpoint, which=which if M > 1 else None, population=population,
+                           on_record=on_record)
     train_seconds = float(out["train_seconds"])
     results = []
     for m, (method, sub) in enumerate(zip(methods, tuners)):
@@ -129,10 +135,11 @@ def prepare(plan: Plan, store: StudyDir,
 
 def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished: set[tuple[str, str]] | None,
         progress: bool = True, log: Callable[[str], None] | None = None,
-        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> list[Path]:
+        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, tensorboard: bool = False) -> list[Path]:
     """Run every unit of `plan` not already finished in `store` (`finished`, from
     `prepare`; None: looked up in `store`, as processes other than 0 do); returns the
-    unit files. Only process 0 writes (under jax.distributed)."""
+    unit files. Only process 0 writes (under jax.distributed). tensorboard: live scalars
+    under OUT/tensorboard/ (process 0)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     writer = jax.process_index() == 0
     progress = progress and writer
@@ -157,7 +164,8 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
             with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress, position=1,
                           leave=False) as inner:
                 results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
-                                    on_segment=inner.update, memory_limit_gib=memory_limit_gib, checkpoint=checkpoint)
+                                    on_segment=inner.update, memory_limit_gib=memory_limit_gib, checkpoint=checkpoint,
+                                    tensorboard=store.path / "tensorboard" if tensorboard and writer else None)
             for result in results:
                 result.meta["study_key"] = study_key
                 if writer:

@@ -42,7 +42,8 @@ def segments(iterations: int, eval_every: int, ready: int | None = None) -> list
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
                  checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
-                 population: PopulationLoop | None = None) -> dict[str, np.ndarray]:
+                 population: PopulationLoop | None = None,
+                 on_record: Callable[[Record], None] = lambda record: None) -> dict[str, np.ndarray]:
     """Train len(seed_ids) agents as one vmapped program sharded over every device,
     in segments with an evaluation after every `eval_every` iterations and the last.
 
@@ -54,7 +55,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     bit-identical results. which: (n,) int32 method of every agent when the learner's
     tuner is stacked (hcjax.tuners.stacked), None otherwise. population: a population
     method stepped every `population.ready` iterations (the lineage lands in the
-    returned "lineage_*" arrays).
+    returned "lineage_*" arrays). on_record: called with the Record when the loop starts
+    (resumed or empty) and after every segment (e.g. live TensorBoard scalars).
     """
     mesh = agent_mesh()
     agents = NamedSharding(mesh, P("agent"))
@@ -100,6 +102,7 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
             for leaf, sh in zip(leaves, shardings)])
         on_segment(record.done)
     state, pop_state = (tree, None) if population is None else tree
+    on_record(record)
     an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
     evaluate = compiled(evaluate, state, keys, an_int, fast=fast_compile)
 
@@ -128,6 +131,7 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
         record.seg_times[-1] = time.perf_counter() - ts
         if checkpoint is not None:
             checkpoint.save(state if population is None else (state, pop_state), record)
+        on_record(record)
         on_segment(length)
     out = record.result(t0)
     out["segment_seconds"] = np.asarray(record.seg_times)
@@ -136,13 +140,14 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
 
 def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
                   on_segment: Callable[[int], None] = lambda k: None,
-                  checkpoint: Checkpoint | None = None) -> dict[str, np.ndarray]:
+                  checkpoint: Checkpoint | None = None,
+                  on_record: Callable[[Record], None] = lambda record: None) -> dict[str, np.ndarray]:
     """Gymnasium envs: `agents.driver` steps one vector env per agent on the host, with the
     policy, the PPO update and the tuner jitted and vmapped (not sharded). With a
     checkpoint, the learner state and the Record are saved after every segment; a resumed
     unit continues from there with new environments (gymnasium envs cannot be saved:
     the episodes in flight at the kill start over, so a resumed host unit is not
-    bit-identical to an uninterrupted one)."""
+    bit-identical to an uninterrupted one). on_record: as for `run_jax_unit`."""
     keys = host_seed_keys(seed_ids)
     t0 = time.perf_counter()
     states, record = None, Record()
@@ -153,7 +158,7 @@ def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
             leaves, record = resumed
             states = jax.tree.unflatten(jax.tree.structure(like), [jax.numpy.asarray(x) for x in leaves])
             on_segment(record.done)
-
+    on_record(record)
     last = [time.perf_counter()]
 
     def callback(info):
@@ -163,6 +168,7 @@ def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
         last[0] = now
         if checkpoint is not None:
             checkpoint.save(info.states, record)
+        on_record(record)
         on_segment(length)
 
     driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback, states=states)
