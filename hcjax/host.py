@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hcjax.space import Space, real_scalar
-from hcjax.tuner import check_int, check_objective, make_tuner
+from hcjax.tuner import check_int, check_objective
+from hcjax.tuners import make_tuner
 
 MAX_ASKS = 2 ** 32 - 2  # fold_in takes a uint32: ask k uses k + 1
 
