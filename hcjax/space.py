@@ -224,6 +224,18 @@ class Space:
         u = self.encode(values)[..., None]  # (..., h, 1)
         return jnp.argmin(jnp.abs(u - arms), axis=-1).astype(jnp.int32)
 
+    def index(self, name: str) -> int:
+        """The position of hyperparameter `name` in values (h,); ValueError listing the
+        names for an unknown one."""
+        if not isinstance(name, str) or name not in self.names:
+            raise ValueError(f"Space: unknown hyperparameter {name!r}; the names are {list(self.names)}")
+        return self.names.index(name)
+
+    def value(self, values: jnp.ndarray, name: str) -> jnp.ndarray:
+        """values (..., h) -> (...,) the entries of hyperparameter `name` (a 0-d array for
+        one configuration). Works under jit and vmap: the name is static."""
+        return jnp.asarray(values)[..., self.index(name)]
+
     def names_to_values(self, values: Sequence[float] | np.ndarray) -> dict:
         """(h,) values -> {name: float}, for logs and tables."""
         return {n: float(v) for n, v in zip(self.names, np.asarray(values))}
