@@ -25,7 +25,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from hcjax.host import HostTuner
 from hcjax.population import Population, exploit, make_population, population_options, populations
 from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
-from hcjax.tuner import Tuner, available, make_tuner, options
+from hcjax.tuner import Tuner
+from hcjax.tuners import available, make_tuner, options
 
 __all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "exploit", "make_population",
            "make_tuner", "options", "population_options", "populations", "ppo_space", "unit_space"]

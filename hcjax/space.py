@@ -59,12 +59,18 @@ def integer_scalar(value) -> int | None:
         return None
 
 
+def whole_float32(x: float) -> bool:
+    """`x` is a whole number that float32 holds exactly (values are computed in float32)."""
+    return float(x).is_integer() and float(np.float32(x)) == x
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyperparameter:
     """One tuned hyperparameter.
 
     name: unique name; low < high: inclusive bounds in natural units;
-    scale: "linear" or "log" (log needs low > 0); integer: values are rounded;
+    scale: "linear" or "log" (log needs low > 0); integer: values are rounded, and
+    low and high must be whole numbers exact in float32 (so every value is inside them);
     default: the value used by the `fixed` tuner (None: the middle of the scale).
 
     Values are stored and computed in float32, so low, high and default must be finite
@@ -114,8 +120,9 @@ class Hyperparameter:
         if self.scale == "linear" and float(high32) - float(low32) > FLOAT32_MAX:
             raise ValueError(f"{where}: a linear scale needs high - low <= {FLOAT32_MAX:.8g} (float32's largest "
                              f"number), got high - low = {float(high32) - float(low32):.8g}")
-        if self.integer and math.ceil(self.low) > math.floor(self.high):
-            raise ValueError(f"{where}: integer=True needs an integer in [low, high]")
+        if self.integer and not all(whole_float32(x) for x in (self.low, self.high)):
+            raise ValueError(f"{where}: integer=True: bounds must be whole numbers, exact in float32 (every "
+                             f"integer up to 2**24 = {2 ** 24} is), got low={self.low!r}, high={self.high!r}")
         if self.default is not None and not self.low <= self.default <= self.high:
             raise ValueError(
                 f"{where}: default must lie in [low, high] = [{self.low}, {self.high}], got {self.default}")
@@ -216,6 +223,18 @@ class Space:
         arms = jnp.asarray(self.unit_grid(d))  # (h, d)
         u = self.encode(values)[..., None]  # (..., h, 1)
         return jnp.argmin(jnp.abs(u - arms), axis=-1).astype(jnp.int32)
+
+    def index(self, name: str) -> int:
+        """The position of hyperparameter `name` in values (h,); ValueError listing the
+        names for an unknown one."""
+        if not isinstance(name, str) or name not in self.names:
+            raise ValueError(f"Space: unknown hyperparameter {name!r}; the names are {list(self.names)}")
+        return self.names.index(name)
+
+    def value(self, values: jnp.ndarray, name: str) -> jnp.ndarray:
+        """values (..., h) -> (...,) the entries of hyperparameter `name` (a 0-d array for
+        one configuration). Works under jit and vmap: the name is static."""
+        return jnp.asarray(values)[..., self.index(name)]
 
     def names_to_values(self, values: Sequence[float] | np.ndarray) -> dict:
         """(h,) values -> {name: float}, for logs and tables."""

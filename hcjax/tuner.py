@@ -1,4 +1,5 @@
-"""The Tuner interface every method implements, and `make_tuner(name, space, **config)`.
+"""The Tuner interface every method implements, the registry `make_tuner` looks names up
+in (filled by `hcjax.tuners`), and the checks of options and objectives.
 
 A tuner is three pure functions over a pytree state of fixed-shape arrays, in the
 style of optax's `GradientTransformation`:
@@ -58,11 +59,11 @@ class Registry:
     """Named factories `factory(space, **options, memory_limit_gib=...)`, with the checks
     every `make_*` shares: a known name, an `hcjax.Space`, known options (a factory's
     keyword arguments after `space`) and a valid `memory_limit_gib`. `maker` names the
-    public function in messages, `what` the kind of method; `load` imports the modules
-    whose decorators register (called before any look-up)."""
+    public function in messages, `what` the kind of method. The package that imports
+    every method's module (hcjax.tuners, hcjax.population) owns the complete registry."""
 
-    def __init__(self, maker: str, what: str, load: Callable[[], None] = lambda: None):
-        self.maker, self.what, self._load = maker, what, load
+    def __init__(self, maker: str, what: str):
+        self.maker, self.what = maker, what
         self._factories: dict[str, Callable[..., Any]] = {}
 
     def register(self, name: str):
@@ -75,11 +76,9 @@ class Registry:
         return wrap
 
     def names(self) -> tuple[str, ...]:
-        self._load()
         return tuple(sorted(self._factories))
 
     def factory(self, name: str) -> Callable[..., Any]:
-        self._load()
         if not isinstance(name, str) or name not in self._factories:
             raise ValueError(f"{self.maker}: unknown {self.what} name {name!r}; known: {sorted(self._factories)}")
         return self._factories[name]
@@ -102,41 +101,8 @@ class Registry:
         return factory(space, **options, memory_limit_gib=limit)
 
 
-def _load_all():
-    # Importing the modules registers their factories.
-    import hcjax.controller  # noqa: F401
-    import hcjax.tuners  # noqa: F401
-
-
-TUNERS = Registry("make_tuner", "tuner", _load_all)
+TUNERS = Registry("make_tuner", "tuner")  # filled by hcjax.tuners, which holds make_tuner
 register = TUNERS.register
-
-
-def available() -> tuple[str, ...]:
-    """Names accepted by `make_tuner`."""
-    return TUNERS.names()
-
-
-def options(name: str) -> dict[str, Any]:
-    """The keyword options of method `name` and their defaults."""
-    return TUNERS.options(name)
-
-
-def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, **config) -> Tuner:
-    """Build the tuner `name` over `space` with its `config` options (see `options(name)`).
-
-    memory_limit_gib: the most memory one agent's tuner may need (`Tuner.memory_bytes`:
-    state plus the largest temporary of ask/tell, estimated before anything is
-    allocated); above it a ValueError names the options involved, the estimate and the
-    limit. Default 4 GiB; raise it for large d**s or GP buffers.
-
-    An unknown name or option, an option out of range, or an estimate above the limit
-    raises `ValueError`. The returned `tell` raises ValueError, when traced, for an
-    objective that is not a real scalar (e.g. a list or a (1,) array); under `jax.vmap`
-    each agent's objective is a scalar.
-    """
-    tuner = TUNERS.make(name, space, memory_limit_gib, config)
-    return tuner._replace(tell=scalar_objective_tell(name, tuner.tell))
 
 
 def check_objective(name: str, objective) -> None:

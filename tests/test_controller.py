@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hcjax
-from hcjax.controller import break_ties, context_index, key_word
+from hcjax.tuners.hypercontroller import break_ties, context_index, key_word
 from tests.reference_controller import ReferenceController
 
 STEPS = 200

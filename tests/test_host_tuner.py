@@ -1,6 +1,7 @@
 """HostTuner: the same values as the jitted pure tuner under the documented key
 schedule, Python types, exact checkpoint round trips, and its errors."""
 import io
+import pickle
 
 import jax
 import jax.numpy as jnp
@@ -135,6 +136,11 @@ def loaded_dict(**changes):
     (loaded_dict(**{"state.window": np.full(1, np.nan, np.float32)}), "'state.window' has non-finite"),
     (loaded_dict(key=np.zeros(2, np.int32)), "'key' must have shape"),
     (loaded_dict(tells=np.asarray(-1, np.int64)), "'tells' must be >= 0, got -1"),
+    (loaded_dict(**{"state.n_invalid": np.asarray(2, np.int32)}), r"'state.n_invalid' .* <= 'tells' = 1, got 2"),
+    (loaded_dict(**{"state.t": np.asarray(5, np.int32)}), r"'state.t' .* <= 'tells' = 1, got 5"),
+    (loaded_dict(**{"state.n_invalid": np.asarray(-3, np.int32)}), r"'state.n_invalid' must be >= 0 .*, got -3"),
+    (loaded_dict(**{"state.arms": np.array([0, -1, 2, 3], np.int32)}), r"'state.arms' must be >= 0 .*, got -1"),
+    (loaded_dict(**{"state.history": np.full((4, 1), -2, np.int32)}), r"'state.history' must be >= 0"),
     ([("tuner", "hypercontroller")], "expected a mapping"),
 ])
 def test_bad_state_dict_raises_and_changes_nothing(bad, match):
@@ -199,3 +205,54 @@ def test_save_load_through_a_bytes_buffer():
     fresh = hcjax.HostTuner("hyperband", SPACE, budget=20)
     fresh.load_state_dict(dict(np.load(buf)))
     assert [fresh.ask() for _ in range(10)] == [tuner.ask() for _ in range(10)]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_pickle_round_trip_continues_identically(name):
+    """Issue 17: pickling goes through state_dict; the copy makes the original's next asks."""
+    xs = objectives(4, 2 * STEPS)
+    original = hcjax.HostTuner(name, SPACE, seed=7, **OPTIONS[name])
+    drive(original, xs[:STEPS])
+    copy = pickle.loads(pickle.dumps(original))
+    assert (copy.name, copy.n_asks, copy.n_tells, copy.n_invalid, copy.device) == (
+        original.name, original.n_asks, original.n_tells, original.n_invalid, original.device)
+    np.testing.assert_array_equal(np.stack(drive(copy, xs[STEPS:], STEPS)),
+                                  np.stack(drive(original, xs[STEPS:], STEPS)))
+
+
+def devices_of(tuner):
+    return set().union(*(leaf.devices() for leaf in jax.tree_util.tree_leaves(tuner.state)))
+
+
+@pytest.mark.parametrize("device", [None, "cpu", jax.devices("cpu")[0]])
+def test_state_lives_on_the_chosen_device_default_the_cpu(device):
+    """Issue 18: the state stays on one device (default: the first CPU device) through
+    ask, tell and load_state_dict."""
+    cpu = jax.devices("cpu")[0]
+    kwargs = {} if device is None else {"device": device}
+    tuner = hcjax.HostTuner("hypercontroller", SPACE, d=4, **kwargs)
+    assert tuner.device == cpu and devices_of(tuner) == {cpu}
+    tuner.ask()
+    tuner.tell(1.0)
+    assert devices_of(tuner) == {cpu}
+    tuner.load_state_dict(tuner.state_dict())
+    assert devices_of(tuner) == {cpu}
+    tuner.ask()
+    assert devices_of(tuner) == {cpu}
+
+
+@pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a GPU")
+def test_state_on_the_gpu_when_asked():
+    default, on_gpu = hcjax.HostTuner("gp_ucb", SPACE, **SMALL_GP), hcjax.HostTuner("gp_ucb", SPACE, device="gpu",
+                                                                                  **SMALL_GP)
+    assert {d.platform for d in devices_of(default)} == {"cpu"}
+    assert {d.platform for d in devices_of(on_gpu)} == {"gpu"}
+    on_gpu.ask()
+    on_gpu.tell(0.5)
+    assert {d.platform for d in devices_of(on_gpu)} == {"gpu"}
+
+
+@pytest.mark.parametrize("bad", ["warp9", 3, jnp.zeros(())])
+def test_bad_device_is_refused(bad):
+    with pytest.raises(ValueError, match="HostTuner.device"):
+        hcjax.HostTuner("random", SPACE, device=bad)

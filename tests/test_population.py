@@ -252,6 +252,32 @@ def test_exploit_in_place_equals_the_gather():
                                   np.asarray(jax.vmap(exploit)(tree, parents)))
 
 
+@pytest.mark.parametrize("gather", [exploit, exploit_in_place])
+def test_exploit_checks_leading_axes_and_parents(gather):
+    """Issue 17: a leaf whose leading axis is not n, parents of another shape or dtype,
+    and concrete parents outside [0, n) raise a ValueError naming them (no broadcast, no
+    clamp); under jit the range is the caller's (documented clamp)."""
+    n = 4
+    tree = {"w": jnp.zeros((n, 3)), "b": jnp.zeros((n,)), "none": None}
+    parents = np.array([0, 0, 2, 3], np.int32)
+    bad_leaves = [({"w": jnp.zeros((n + 1, 3))}, r"tree\['w'\] has shape \(5, 3\)"),
+                  ({"w": jnp.zeros((1, 3))}, r"tree\['w'\] has shape \(1, 3\)"),
+                  ({"a": [jnp.zeros((n,)), jnp.zeros(())]}, r"tree\['a'\]\[1\] has shape \(\)")]
+    for bad, match in bad_leaves:
+        with pytest.raises(ValueError, match="leading axis.*" + match):
+            gather(bad, parents)
+    for bad in (parents[:, None], np.int32(1), parents.astype(np.float32), parents.astype(bool)):
+        with pytest.raises(ValueError, match=r"parents must be an \(n,\) integer array"):
+            gather(tree, bad)
+    for bad in ([0, 1, 2, 4], [-1, 1, 2, 3], jnp.array([0, 1, 9, 3])):
+        with pytest.raises(ValueError, match=r"parents must lie in \[0, n\) = \[0, 4\)"):
+            gather(tree, bad)
+    out = gather(tree, [0, 0, 2, 3])  # a Python list of ints is fine
+    assert out["none"] is None and out["w"].shape == (n, 3)
+    clamped = jax.jit(exploit)({"b": jnp.arange(n)}, jnp.array([0, 1, 2, 9]))  # traced: clamped, not checked
+    np.testing.assert_array_equal(np.asarray(clamped["b"]), [0, 1, 2, 3])
+
+
 # ---------------------------------------------------------------------------------------- PBT explore
 
 

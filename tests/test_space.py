@@ -126,3 +126,18 @@ def test_numpy_and_jax_scalars_are_accepted_and_stored_as_floats():
     for bad in (True, 2.0, np.float32(2)):
         with pytest.raises(ValueError, match="unit_space: h must be an integer >= 1"):
             unit_space(bad)
+
+
+def test_values_by_name_inside_jit():
+    space = ppo_space()
+    assert [space.index(n) for n in space.names] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"unknown hyperparameter 'lr'.*'learning_rate', 'clip_eps'"):
+        space.index("lr")
+    with pytest.raises(ValueError, match="unknown hyperparameter 3"):
+        space.index(3)
+    values = jnp.asarray([1e-4, 0.2, 0.95, 2048.0])
+    lr = jax.jit(lambda v: space.value(v, "learning_rate") * 2)(values)
+    assert lr.shape == () and float(lr) == float(np.float32(1e-4) * 2)
+    batch = jax.jit(jax.vmap(lambda v: space.value(v, "batch_size")))(jnp.stack([values, values + 1]))
+    np.testing.assert_array_equal(np.asarray(batch), [2048.0, 2049.0])
+    np.testing.assert_array_equal(np.asarray(space.value(jnp.stack([values, values]), "clip_eps")), np.float32([0.2, 0.2]))

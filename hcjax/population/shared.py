@@ -8,7 +8,7 @@ every agent's valid observation (regressor = its window, target = its objective,
 context and arm) is added to V and B (V = ridge I + sum Xi Xi^T, B = sum X Xi over all
 agents' observations), then G = V^-1 B for the models touched. Each agent then decides
 greedily from the shared G with its own window and context, ties broken uniformly with
-its own key (`hcjax.controller.break_ties`), uniform arms while it has fewer than s
+its own key (`hcjax.tuners.hypercontroller.break_ties`), uniform arms while it has fewer than s
 objectives. With n = 1 this is exactly the hypercontroller tuner (same keys).
 
 On the LGDS problem (`experiments/lgds_population.py`: h = 2, d = 10, n = 1000 steps,
@@ -31,17 +31,17 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from hcjax import controller as C
 from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
                                    register_population)
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, valid_objective
+from hcjax.tuners import hypercontroller as C
 
 
 @struct.dataclass
 class SharedControllerState(C.ModelViews):
     """models: (h, d^s, d, s*s + 2s) shared ridge models packed as in
-    `hcjax.controller.ControllerState`; per agent: history (n, h, s) int32 last s arms,
+    `hcjax.tuners.hypercontroller.ControllerState`; per agent: history (n, h, s) int32 last s arms,
     window (n, s) last s objectives, arms (n, h) int32 arms in effect, t (n,) int32
     objectives learned from, n_invalid (n,) int32 objectives ignored."""
 
