@@ -195,7 +195,7 @@ def test_iteration_objective_matches_numpy(kind, case):
         reward[0, 0] = np.inf if valid[0, 0] else reward[0, 0]
     if case == 3:
         reward[-1, -1] = 1e30  # invalid only if the step is valid
-    prev_reward, prev_return = (np.float32(np.nan), np.float32(np.nan)) if case == 4 else (np.float32(0.25), np.float32(-3.0))
+    prev_reward, prev_return = np.float32(np.nan if case == 4 else 0.25), np.float32(np.nan if case == 4 else -3.0)
     has_reward, has_return = (False, False) if case == 4 else (True, case != 5)
     got = stages.iteration_objective(kind, jnp.asarray(reward), jnp.asarray(valid), jnp.asarray(ep_done),
                                      jnp.asarray(ep_return), jnp.asarray(prev_reward), jnp.asarray(prev_return),

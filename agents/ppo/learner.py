@@ -253,7 +253,8 @@ def mode(p: Parts, state, obs):
 
 def value(p: Parts, state, obs):
     """Critic values (E,) of raw obs (E, obs_size)."""
-    return p.critic.apply(state.params["critic"], _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
+    obs = _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams)
+    return p.critic.apply(state.params["critic"], obs)
 
 
 def _collect(p: Parts, state, key):
