@@ -9,8 +9,13 @@ copies; the rollout is stepped on the host with a jitted, vmapped policy, and th
 update, the tuner's tell/ask and the metrics run in the same jitted `learn` as the JAX
 path, so both give the same metrics.
 
+A population (`hcjax.Population`, JAX envs only) is stepped over the agent axis every
+`tune_every` iterations (`agents.population.PopulationLoop`: the replaced agents continue
+from their donors); the lineage (iteration, parents, objectives) lands in the RunResult.
+
 `callback(info: SegmentInfo)` runs after every segment (checkpoints, progress bars,
-logs); returning True stops the run early. Resume with `states=` (e.g. a checkpoint).
+logs); returning True stops the run early. Resume with `states=` (e.g. a checkpoint;
+tuners only).
 """
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agents.population import PopulationLoop
 from agents.ppo import METRIC_KEYS, PPOConfig, make_learner
+from hcjax.population import Population
+from hcjax.tuner import Tuner
 
 
 @dataclasses.dataclass
@@ -47,7 +55,10 @@ class SegmentInfo:
 class RunResult:
     """metrics: each (n_agents, iterations, ...) numpy; eval_iterations: (n_evals,) the
     iteration count at each evaluation; eval_returns: (n_agents, n_evals); states: final
-    batched LearnerState; wall_s: seconds; frames: (n_agents,) valid frames collected."""
+    batched LearnerState; wall_s: seconds; frames: (n_agents,) valid frames collected.
+    Populations only (empty otherwise): lineage_iteration (K,) the iteration count at each
+    population step, lineage_parent (n_agents, K) int32 each agent's donor (itself when
+    kept), lineage_objective (n_agents, K) float32 the objectives ranked."""
 
     metrics: dict
     eval_iterations: np.ndarray
@@ -55,13 +66,19 @@ class RunResult:
     states: Any
     wall_s: float
     frames: np.ndarray
+    lineage_iteration: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+    lineage_parent: np.ndarray | None = None
+    lineage_objective: np.ndarray | None = None
 
 
-def run(config: PPOConfig, env, tuner, keys, *, eval_every: int = 10, segment: int | None = None,
+def run(config: PPOConfig, env, tuner_or_population, keys, *, eval_every: int = 10, segment: int | None = None,
         callback: Callable[[SegmentInfo], Any] | None = None, states=None) -> RunResult:
     """Train len(keys) agents for config.num_iterations iterations.
 
-    keys: (n_agents, 2) PRNG keys, one per agent (agent i = make_train(...)(keys[i])).
+    tuner_or_population: an hcjax.Tuner (every agent its own) or an hcjax.Population
+    (the agents are the population, stepped every config.tune_every iterations).
+    keys: (n_agents, 2) PRNG keys, one per agent (with a tuner, agent i =
+    make_train(...)(keys[i])).
     eval_every: evaluate every that many iterations and after the last one (0: never).
     segment: iterations per jitted segment (default eval_every, or 10 when eval_every
     is 0); a segment never crosses an evaluation point. states: batched LearnerState
@@ -72,22 +89,35 @@ def run(config: PPOConfig, env, tuner, keys, *, eval_every: int = 10, segment: i
     seg = segment if segment is not None else (eval_every or 10)
     if not isinstance(seg, int) or seg < 1:
         raise ValueError(f"run: segment must be an integer >= 1, got {segment!r}")
+    if not isinstance(tuner_or_population, (Tuner, Population)):
+        raise ValueError(f"run: tuner_or_population must be an hcjax.Tuner or an hcjax.Population, "
+                         f"got {type(tuner_or_population).__name__}")
     keys = jnp.asarray(keys)
     if keys.ndim != 2:
         raise ValueError(f"run: keys must be (n_agents, 2) PRNG keys, got shape {keys.shape}")
-    learner = make_learner(config, env, tuner)
+    learner = make_learner(config, env, tuner_or_population)
+    population = None
+    if isinstance(tuner_or_population, Population):
+        if learner.env.host:
+            raise ValueError(f"run: population method {tuner_or_population.name!r} runs on JAX environments only "
+                             f"(the agent axis is one program); {learner.env.name} is a host (gymnasium) env")
+        if states is not None:
+            raise ValueError("run: states= resumes tuner runs only; a population run starts from the beginning")
+        population = PopulationLoop(learner, tuner_or_population, config.tune_every)
     if learner.env.host:
         return _run_host(learner, keys, eval_every, seg, callback, states)
-    return _run_jax(learner, keys, eval_every, seg, callback, states)
+    return _run_jax(learner, keys, eval_every, seg, callback, states, population)
 
 
-def _schedule(start: int, total: int, eval_every: int, seg: int):
-    """Segment lengths from `start` to `total` that stop at every evaluation point."""
+def _schedule(start: int, total: int, eval_every: int, seg: int, ready: int = 0):
+    """Segment lengths from `start` to `total` that stop at every evaluation point and
+    (ready > 0) at every population step."""
     done, out = start, []
     while done < total:
         k = min(seg, total - done)
-        if eval_every:
-            k = min(k, eval_every - done % eval_every)
+        for every in (eval_every, ready):
+            if every:
+                k = min(k, every - done % every)
         out.append(k)
         done += k
     return out
@@ -97,17 +127,25 @@ def _eval_keys(keys, iteration):
     return jax.vmap(lambda k: jax.random.fold_in(jax.random.fold_in(k, 0x5EED), iteration))(keys)
 
 
-def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn):
+def _concat(chunks: list[dict]) -> dict:
+    return {name: np.concatenate([c[name] for c in chunks], axis=1) for name in METRIC_KEYS}
+
+
+def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn, population=None):
     """The segment loop of both paths: segment_fn(states, k, start) runs iterations
-    start..start+k-1; eval_fn(states, eval keys, iteration) evaluates after `iteration`."""
+    start..start+k-1; eval_fn(states, eval keys, iteration) evaluates after `iteration`;
+    population (a PopulationLoop) steps after every `population.ready` iterations."""
     cfg = learner.config
     t0 = time.perf_counter()
     if states is None:
         states = init_fn(keys)
+    if population is not None:
+        states, pop_state = population.init(states)
     start = int(np.asarray(states.iteration).reshape(-1)[0])
-    chunks, eval_its, eval_rets = [], [], []
+    chunks, eval_its, eval_rets, lineage = [], [], [], []
     done = start
-    for k in _schedule(start, cfg.num_iterations, eval_every, seg):
+    ready = population.ready if population is not None else 0
+    for k in _schedule(start, cfg.num_iterations, eval_every, seg, ready):
         states, metrics = segment_fn(states, k, done)
         metrics = {name: np.asarray(v) for name, v in metrics.items()}
         chunks.append(metrics)
@@ -117,6 +155,10 @@ def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_f
             rets = np.asarray(eval_fn(states, _eval_keys(keys, done), done))
             eval_its.append(done)
             eval_rets.append(rets)
+        if ready and done % ready == 0 and done < cfg.num_iterations:
+            objectives = np.asarray(population.objective_of(_concat(chunks)), np.float32)
+            states, pop_state, parents = population.step(states, pop_state, np.int32(done), objectives)
+            lineage.append((done, np.asarray(parents, np.int32), objectives))
         if callback is not None:
             stop = callback(SegmentInfo(iteration=done, num_iterations=cfg.num_iterations, states=states,
                                         metrics=metrics, eval_returns=rets, elapsed_s=time.perf_counter() - t0))
@@ -124,16 +166,20 @@ def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_f
                 break
     n = keys.shape[0]
     if chunks:
-        metrics = {name: np.concatenate([c[name] for c in chunks], axis=1) for name in METRIC_KEYS}
+        metrics = _concat(chunks)
     else:
         metrics = {name: np.zeros((n, 0)) for name in METRIC_KEYS}
     ev = np.stack(eval_rets, axis=1) if eval_rets else np.zeros((n, 0), np.float32)
+    its, parents, objectives = zip(*lineage) if lineage else ((), [np.zeros(n, np.int32)], [np.zeros(n, np.float32)])
     return RunResult(metrics=metrics, eval_iterations=np.asarray(eval_its, np.int64), eval_returns=ev,
                      states=states, wall_s=time.perf_counter() - t0,
-                     frames=metrics["frames"].sum(axis=1) if chunks else np.zeros(n, np.int64))
+                     frames=metrics["frames"].sum(axis=1) if chunks else np.zeros(n, np.int64),
+                     lineage_iteration=np.asarray(its, np.int32),
+                     lineage_parent=np.stack(parents, axis=1)[:, :len(its)],
+                     lineage_objective=np.stack(objectives, axis=1)[:, :len(its)])
 
 
-def _run_jax(learner, keys, eval_every, seg, callback, states):
+def _run_jax(learner, keys, eval_every, seg, callback, states, population=None):
     init_fn = jax.jit(jax.vmap(learner.init))
     compiled = {}
 
@@ -146,7 +192,7 @@ def _run_jax(learner, keys, eval_every, seg, callback, states):
 
     def eval_fn(states, eval_keys, _iteration):
         return evaluate(states, eval_keys)
-    return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)
+    return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn, population)
 
 
 class HostRollout:

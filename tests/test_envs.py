@@ -146,8 +146,8 @@ def test_gymnax_version_guard(monkeypatch):
     state, _ = env.reset(jax.random.PRNGKey(0))
     with pytest.raises(RuntimeError, match=r"gymnax step returned 5 values.*gymnax>=1\.0\.1"):
         env.step(jax.random.PRNGKey(1), state, jnp.int32(0))
-    real = envs._installed_version
-    monkeypatch.setattr(envs, "_installed_version",
+    real = envs.backend.installed_version
+    monkeypatch.setattr(envs.backend, "installed_version",
                         lambda p: {"gymnax": "0.0.9", "brax": None}.get(p, real(p)))
     problems = envs.check_backends()
     assert len(problems) == 2

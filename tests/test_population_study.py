@@ -14,7 +14,7 @@ from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.plan import unit_keys
-from experiments.study.population import PopulationLoop
+from agents.population import PopulationLoop
 from tests.cli_runs import cartpole_study
 
 SPACE = hcjax.ppo_space(batch_size=(16, 32))

@@ -356,8 +356,11 @@ def counting_tuner(tuner, counter):
 
 def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iteration():
     """Every tuner at once: the seven methods stacked in one program (one agent each,
-    hcjax.tuners.stacked), run with the ask on deciding iterations only and with the
-    earlier loop that asked every iteration: bit-identical states and metrics, fewer asks."""
+    hcjax.tuners.stacked), run with the ask on deciding iterations only (the iteration
+    numbers unbatched: `iterate(state, n, 0)`) and with the first iteration's number
+    batched (one per agent: under vmap the ask's cond becomes a select that asks every
+    iteration, the loop the library used to offer): bit-identical states and metrics,
+    fewer asks."""
     from hcjax.tuners.stacked import select, stack
 
     small_gp = dict(buffer=16, candidates=16, fit_points=8, refine_steps=2)
@@ -368,15 +371,16 @@ def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iterat
     keys = jax.random.split(jax.random.PRNGKey(5), len(methods))
     which = jnp.arange(len(methods))
     out, asks = {}, {}
-    for mode in ppo.ASK_MODES:
+    starts = {"when_deciding": (0, None), "every_iteration": (jnp.zeros(len(methods), jnp.int32), 0)}
+    for mode, (start, start_axis) in starts.items():
         asks[mode] = []
-        learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), counting_tuner(stack(tuners), asks[mode]), ask=mode)
+        learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), counting_tuner(stack(tuners), asks[mode]))
 
         def one(k, w, start, learner=learner):
             state = learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
             return learner.iterate(state, 7, start)
 
-        out[mode] = jax.block_until_ready(jax.jit(jax.vmap(one, in_axes=(0, 0, None)))(keys, which, 0))
+        out[mode] = jax.block_until_ready(jax.jit(jax.vmap(one, in_axes=(0, 0, start_axis)))(keys, which, start))
         asks[mode] = len(asks[mode])
     a, b = out["when_deciding"], out["every_iteration"]
     assert len(jax.tree.leaves(a)) == len(jax.tree.leaves(b))

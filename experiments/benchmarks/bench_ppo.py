@@ -5,11 +5,9 @@
 Brax halfcheetah (spring backend) at the paper's settings: 1000 frames per iteration
 (8 envs x 125 steps; max_batch_size 1000, so every method collects and trains on
 exactly 1000 frames and the comparison isolates the tuner's cost), 10 epochs of 16
-minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all tuner
-variants (TUNERS: fixed, hypercontroller, gp_ucb, pb2 asking only when deciding, and
-gp_ucb and pb2 with the earlier loop that computed every iteration's ask: the
-before/after of that change in one run) are compiled first (warm-up call), then timed
-in interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
+minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all tuners
+(TUNERS: fixed, hypercontroller, gp_ucb, pb2, each asking only when deciding) are
+compiled first (warm-up call), then timed in interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
 for 1, 16, 64, 256, 1024 (quick: 1, 32, 1024) vmapped agents with `hypercontroller`, until the device runs
 out of memory or an iteration would take longer than `--scaling-budget` seconds (on a
 2-core CPU that is after 16 agents, quick: 4; on an H200 all counts ran). Also the gymnasium host
@@ -26,14 +24,11 @@ import numpy as np
 
 import hcjax
 from agents import driver, envs
-from agents.ppo import ASK_MODES, PPOConfig, make_learner
+from agents.ppo import PPOConfig, make_learner
 from experiments import deps
 from experiments.benchmarks.timing import print_table, write_json_atomic
 
-# Tuners in the loop; "NAME@every_iteration" is NAME with the earlier loop that computed
-# the ask every iteration and kept it every tune_every-th (make_learner's ask= option):
-# the before/after comparison of asking only when deciding, measured in the same run.
-TUNERS = ("fixed", "hypercontroller", "gp_ucb", "pb2", "gp_ucb@every_iteration", "pb2@every_iteration")
+TUNERS = ("fixed", "hypercontroller", "gp_ucb", "pb2")  # tuners in the loop
 SCALING = (1, 16, 64, 256, 1024)  # agents per program, hypercontroller in the loop
 QUICK_SCALING = (1, 32, 1024)
 
@@ -44,25 +39,18 @@ def paper_config(num_iterations: int = 1000) -> PPOConfig:
                      num_minibatches=16, update_epochs=10, hidden_sizes=(256, 256, 256))
 
 
-def variant(spec: str) -> tuple[str, str]:
-    """"NAME" or "NAME@ASK" -> (tuner name, ask mode of make_learner)."""
-    name, _, ask = spec.partition("@")
-    return name, ask or "when_deciding"
-
-
 def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]:
     """Rows for `n` vmapped agents: frames/s of `iters` jitted iterations per tuner
-    variant (see TUNERS).
+    (see TUNERS).
 
-    Every variant's program is compiled first (warm-up call, `compile_s`), then all are
-    timed in interleaved rounds, so drifts of the machine hit every variant alike; the
+    Every tuner's program is compiled first (warm-up call, `compile_s`), then all are
+    timed in interleaved rounds, so drifts of the machine hit every tuner alike; the
     best round counts. The first iteration's number is passed unbatched, as the study engine
-    does, so the tuner asks only on deciding iterations (unless NAME@every_iteration)."""
+    does, so the tuner asks only on deciding iterations."""
     space = hcjax.ppo_space()
     programs = {}
-    for spec in tuners:
-        name, ask = variant(spec)
-        learner = make_learner(cfg, env, hcjax.make_tuner(name, space), ask=ask)
+    for name in tuners:
+        learner = make_learner(cfg, env, hcjax.make_tuner(name, space))
         keys = jax.random.split(jax.random.PRNGKey(0), n)
         states = jax.jit(jax.vmap(learner.init))(keys)
         program = jax.jit(jax.vmap(lambda s, start, lr=learner: lr.iterate(s, iters, start), in_axes=(0, None)))
@@ -70,8 +58,8 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
         states, metrics = program(states, 0)
         jax.block_until_ready(metrics)
         compile_s = time.perf_counter() - t0
-        print(f"agents={n} {spec}: compiled + first run {compile_s:.1f} s", flush=True)
-        programs[spec] = dict(program=program, states=states, best=np.inf, frames=0, compile_s=compile_s, done=iters)
+        print(f"agents={n} {name}: compiled + first run {compile_s:.1f} s", flush=True)
+        programs[name] = dict(program=program, states=states, best=np.inf, frames=0, compile_s=compile_s, done=iters)
     for _ in range(rounds):
         for p in programs.values():
             t0 = time.perf_counter()
@@ -81,7 +69,7 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
             p["best"] = min(p["best"], time.perf_counter() - t0)
             p["frames"] = int(np.asarray(metrics["frames"]).sum())
             p["rejected"] = int(np.asarray(metrics["rejected"]).sum())
-    rows = [{"env": env.name, "agents": n, "tuner": variant(name)[0], "ask": variant(name)[1], "iterations": iters,
+    rows = [{"env": env.name, "agents": n, "tuner": name, "iterations": iters,
              "frames": p["frames"],
              "seconds": p["best"], "fps": p["frames"] / p["best"], "fps_per_agent": p["frames"] / p["best"] / n,
              "compile_s": p["compile_s"], "rejected": p["rejected"]} for name, p in programs.items()]
@@ -95,10 +83,9 @@ def _time_count(env, cfg, n: int, tuners, iters: int, rounds: int) -> list[dict]
 
 def bench_jax(env, agent_counts, iters: int, rounds: int, tuners=TUNERS) -> list[dict]:
     """One row per (agents, tuner) at the paper's settings (see `_time_count`)."""
-    bad = [t for t in tuners if variant(t)[0] not in hcjax.available() or variant(t)[1] not in ASK_MODES]
+    bad = [t for t in tuners if t not in hcjax.available()]
     if bad:
-        raise ValueError(f"--tuners {bad}: each must be NAME or NAME@ASK with NAME in {', '.join(hcjax.available())} "
-                         f"and ASK in {', '.join(ASK_MODES)}")
+        raise ValueError(f"--tuners {bad}: each must be one of {', '.join(hcjax.available())}")
     cfg = paper_config()
     return [row for n in agent_counts for row in _time_count(env, cfg, n, tuners, iters, rounds)]
 
@@ -115,8 +102,7 @@ def bench_scaling(env, counts, budget_s: float, measured=()) -> tuple[list[dict]
     (last time x count ratio, compilation excluded) exceeds `budget_s`, or when the device
     runs out of memory; returns (rows, why it stopped)."""
     cfg = paper_config()
-    known = {r["agents"]: r for r in measured
-             if r["tuner"] == "hypercontroller" and r.get("ask", "when_deciding") == "when_deciding"}
+    known = {r["agents"]: r for r in measured if r["tuner"] == "hypercontroller"}
     rows, last, stop = [], None, f"all counts up to {max(counts)} ran"
     for n in sorted(set(counts) | set(known)):
         if last is not None and last["seconds_per_iteration"] * n / last["agents"] > budget_s:
@@ -172,11 +158,11 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     env = envs.make("halfcheetah", backend=args.backend)
     rows = bench_jax(env, agent_counts, iters, rounds, tuple(args.tuners))
-    columns = ["env", "agents", "tuner", "ask", "frames", "seconds", "fps", "fps_per_agent", "ratio_vs_fixed",
+    columns = ["env", "agents", "tuner", "frames", "seconds", "fps", "fps_per_agent", "ratio_vs_fixed",
                "compile_s"]
     print_table(rows, columns)
     ratios = {r["agents"]: r["ratio_vs_fixed"] for r in rows
-              if r["tuner"] == "hypercontroller" and r["ask"] == "when_deciding" and "ratio_vs_fixed" in r}
+              if r["tuner"] == "hypercontroller" and "ratio_vs_fixed" in r}
     for n, ratio in ratios.items():
         print(f"agents={n}: hypercontroller/fixed frames/s = {ratio:.3f} (target >= 0.98: "
               f"{'met' if ratio >= 0.98 else 'NOT met'})")

@@ -5,7 +5,7 @@ trains every unit group not yet finished (`experiments.study.plan.unit_groups`):
 seeds are one vmapped program sharded over every device (`loops.run_jax_unit`; gymnasium
 environments run on the host, `loops.run_host_unit`), several methods of a JAX environment
 may share one program (a stacked tuner), and a population method steps its unit's agents
-(`population.PopulationLoop`). Each unit's tuning time is then measured by a replay on the
+(`agents.population.PopulationLoop`). Each unit's tuning time is then measured by a replay on the
 host CPU (`replay`), and the unit is saved to the study directory (`store`).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from experiments.study.loops import run_host_unit, run_jax_unit
 from experiments.study.methods import is_population
 from experiments.study.plan import (config_key, merge_configs, ppo_options, study_config, unit_config, unit_groups,
                                     unit_keys)
-from experiments.study.population import PopulationLoop, objective_for
+from agents.population import PopulationLoop, population_objective
 from experiments.study.presets import EnvChoice, Plan
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
@@ -57,7 +57,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     population = None
     if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
         learner = make_learner(config, environment, tuners[0])
-        population = PopulationLoop(learner, tuners[0], p.tune_every, objective_for(methods[0], config.objective,
+        population = PopulationLoop(learner, tuners[0], p.tune_every, population_objective(methods[0], config.objective,
                                                                                      p.tune_every))
     else:
         learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))

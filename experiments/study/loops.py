@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from agents import driver
 from experiments.study.checkpoints import Checkpoint, Record
 from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
-from experiments.study.population import PopulationLoop
+from agents.population import PopulationLoop
 from hcjax.tuners.stacked import select
 
 

@@ -1,0 +1,65 @@
+"""Population-based training of PPO agents: an `hcjax.Population` stepped over the
+agent axis of a batch of learner states.
+
+    loop = PopulationLoop(learner, population, ready=config.tune_every)
+    states, pop_state = loop.init(states)                  # every agent's first values
+    ...train `ready` iterations...
+    states, pop_state, parents = loop.step(states, pop_state, done, loop.objective_of(metrics))
+
+Every `ready` iterations each agent's objective is read from the metrics of those
+iterations (`population_objective`), the population steps, the replaced agents continue
+from their donors (`Learner.exploit`: network, optimiser state, observation statistics
+and objective levels) and every agent gets its new hyperparameters. The population's key
+is fixed (POPULATION_KEY), folded with the iteration count at each step.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+
+POPULATION_KEY = 0x9B7
+
+
+def population_objective(method: str, ppo_objective: str, ready: int) -> Callable[[dict], np.ndarray]:
+    """metrics so far {name: (n, T)} -> (n,) the objectives a population step ranks: the
+    level of performance for pbt / pb2_population (the mean training reward of the last
+    `ready` iterations; the last mean episode return when the PPO objective is
+    "return_change", whose per-step reward may be constant), and the PPO objective (a
+    change) averaged over them for hypercontroller_shared."""
+    def objective(metrics):
+        if method == "hypercontroller_shared":
+            return np.mean(metrics["objective"][:, -ready:], axis=1)
+        if ppo_objective == "return_change":
+            return metrics["episode_return"][:, -1]
+        return np.mean(metrics["train_reward"][:, -ready:], axis=1)
+
+    return objective
+
+
+class PopulationLoop:
+    """The jitted population steps of one batch of agents of `learner` (module docstring).
+
+    init(states) -> (states with the population's first values, population state);
+    step(states, pop_state, done, objectives (n,)) -> (states, pop_state, parents (n,)),
+    with states and pop_state donated. objective_of: metrics -> (n,) objectives (default
+    `population_objective(population.name, learner.config.objective, ready)`).
+    """
+
+    def __init__(self, learner, population, ready: int, objective_of: Callable[[dict], np.ndarray] | None = None):
+        if not isinstance(ready, int) or ready < 1:
+            raise ValueError(f"PopulationLoop: ready must be an integer >= 1, got {ready!r}")
+        self.learner, self.population, self.ready = learner, population, ready
+        self.objective_of = objective_of or population_objective(population.name, learner.config.objective, ready)
+        self.key = jax.random.PRNGKey(POPULATION_KEY)
+        self.init = jax.jit(self._init)
+        self.step = jax.jit(self._step, donate_argnums=(0, 1))
+
+    def _init(self, states):
+        pop_state, values = self.population.init(jax.random.fold_in(self.key, 0), states.iteration.shape[0])
+        return jax.vmap(self.learner.set_hparams)(states, values), pop_state
+
+    def _step(self, states, pop_state, done, objectives):
+        pop_state, values, parents = self.population.step(pop_state, jax.random.fold_in(self.key, done), objectives)
+        return self.learner.exploit(states, parents, values), pop_state, parents

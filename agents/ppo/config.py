@@ -1,0 +1,116 @@
+"""PPOConfig (static PPO configuration) and the checks of a tuner's space against it."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from agents import networks as nets
+
+OBJECTIVES = ("reward_change", "reward", "return_change")
+METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
+
+# Allowed range (low, high or None, low excluded?) of every real-valued PPOConfig field.
+REAL_FIELDS = {
+    "learning_rate": (0.0, None, True), "clip_eps": (0.0, None, True), "gae_lambda": (0.0, 1.0, False),
+    "gamma": (0.0, 1.0, False), "ent_coef": (0.0, None, False), "vf_coef": (0.0, None, False),
+    "max_grad_norm": (0.0, None, True), "adam_eps": (0.0, None, True), "obs_clip": (0.0, None, True),
+    "reward_scale": (0.0, None, True), "init_log_std": (-20.0, 5.0, False),
+}
+# Fields a tuner may set during training (traced values); every other field is static.
+TUNABLE = ("learning_rate", "clip_eps", "gae_lambda", "batch_size", "ent_coef", "vf_coef", "gamma",
+           "max_grad_norm", "reward_scale", "adam_eps", "obs_clip")
+OPTIMIZER_HPARAMS = ("learning_rate", "max_grad_norm", "adam_eps")  # through optax.inject_hyperparams
+INTEGER_FIELDS = ("num_iterations", "num_envs", "batch_size", "num_minibatches", "update_epochs", "tune_every",
+                  "eval_steps")
+
+
+def in_range(field: str, v) -> bool:
+    """`v` lies in REAL_FIELDS[field]'s allowed range."""
+    low, high, low_open = REAL_FIELDS[field]
+    return (v > low if low_open else v >= low) and (high is None or v <= high)
+
+
+def range_text(field: str) -> str:
+    """The allowed range of `field` in words, e.g. '>= 0.0 and <= 1.0'."""
+    low, high, low_open = REAL_FIELDS[field]
+    return f"{'>' if low_open else '>='} {low}" + ("" if high is None else f" and <= {high}")
+
+
+def _check_integer(field: str, v, low: int) -> None:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
+        raise ValueError(f"PPOConfig.{field} must be an integer >= {low}, got {v!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Static PPO configuration, validated at construction (ValueError naming the field).
+
+    The TUNABLE fields are used only when the tuner's space does not contain a
+    hyperparameter of that name (otherwise the tuner sets them). max_batch_size: the rollout's
+    fixed maximum (None: the space's batch_size upper bound, else batch_size); a batch
+    size above it is clipped to it (metrics "frames" shows what was collected).
+    reward_scale multiplies rewards for GAE and the value targets only (metrics and the
+    objective use raw rewards). num_minibatches must not exceed the maximum batch.
+    """
+
+    num_iterations: int = 1000
+    num_envs: int = 8
+    batch_size: int = 1000
+    max_batch_size: int | None = None
+    num_minibatches: int = 16
+    update_epochs: int = 10
+    learning_rate: float = 3e-4
+    clip_eps: float = 0.2
+    gae_lambda: float = 0.95
+    gamma: float = 0.99
+    ent_coef: float = 1e-4
+    vf_coef: float = 0.5
+    max_grad_norm: float = 1.0
+    adam_eps: float = 1e-5
+    hidden_sizes: tuple = (256, 256, 256)
+    activation: str = "tanh"
+    init_log_std: float = 0.0
+    normalize_obs: bool = True
+    obs_clip: float = 10.0
+    reward_scale: float = 1.0
+    tune_every: int = 5
+    objective: str = "reward_change"
+    eval_steps: int = 1000
+
+    def __post_init__(self):
+        for f in REAL_FIELDS:
+            v = getattr(self, f)
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+            if not (ok and math.isfinite(v) and in_range(f, v)):
+                raise ValueError(f"PPOConfig.{f} must be a number {range_text(f)}, got {v!r}")
+        for f in INTEGER_FIELDS:
+            _check_integer(f, getattr(self, f), 1)
+        if self.max_batch_size is not None:
+            _check_integer("max_batch_size", self.max_batch_size, 1)
+        hs = self.hidden_sizes
+        if not isinstance(hs, tuple) or not all(isinstance(w, int) and w >= 1 for w in hs):
+            raise ValueError(f"PPOConfig.hidden_sizes must be a tuple of integers >= 1, got {hs!r}")
+        if self.activation not in nets.ACTIVATIONS:
+            raise ValueError(f"PPOConfig.activation must be one of {sorted(nets.ACTIVATIONS)}, got {self.activation!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"PPOConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if not isinstance(self.normalize_obs, bool):
+            raise ValueError(f"PPOConfig.normalize_obs must be True or False, got {self.normalize_obs!r}")
+
+
+def check_space(space) -> None:
+    """ValueError unless every hyperparameter of `space` names a TUNABLE field and its
+    bounds lie in that field's allowed range."""
+    static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TUNABLE]
+    for p in space.hyperparameters:
+        if p.name not in TUNABLE:
+            kind = "is a static PPOConfig field (fixed at compile time)" if p.name in static else \
+                "is not a PPOConfig field"
+            raise ValueError(f"tuner space: {p.name!r} {kind}; tunable fields: {', '.join(TUNABLE)}")
+        if p.name == "batch_size":
+            if not (p.integer and p.low >= 1):
+                raise ValueError(f"tuner space: batch_size must be an integer hyperparameter with low >= 1, got {p}")
+        elif not (in_range(p.name, p.low) and in_range(p.name, p.high)):
+            raise ValueError(f"tuner space: {p.name} bounds [{p.low}, {p.high}] must be {range_text(p.name)}")

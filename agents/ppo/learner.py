@@ -1,0 +1,369 @@
+"""One PPO agent: its state (LearnerState), its pure functions (Learner), and
+make_learner, which binds the stages of `agents.ppo.stages` to a config, an env and a
+tuner (see the package docstring for the iteration)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents import envs
+from agents import networks as nets
+from agents.ppo import stages
+from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_space
+from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, update_obs_stats
+from hcjax.population import Population, exploit_in_place
+from hcjax.tuner import Tuner
+
+# LearnerState fields a donor gives the agent it replaces (with its hyperparameters).
+INHERITED = ("params", "opt_state", "obs_stats", "prev_reward", "has_reward", "prev_return", "has_return")
+
+
+@struct.dataclass
+class LearnerState:
+    """One agent. params {"actor", "critic"}; opt_state (optax, lr injected);
+    obs_stats: ObsStats; env_state: batched env state (num_envs leading; None on the
+    host path); obs: (num_envs, obs_size) raw last observations (None on the host path);
+    ep_running: (num_envs,) running episode returns (None on the host path);
+    tuner_state; hparams: (h,) values in effect; iteration: int32 iterations done;
+    prev_reward, prev_return: float32; has_reward, has_return: bool; key."""
+
+    params: Any
+    opt_state: Any
+    obs_stats: ObsStats
+    env_state: Any
+    obs: Any
+    ep_running: Any
+    tuner_state: Any
+    hparams: jax.Array
+    iteration: jax.Array
+    prev_reward: jax.Array
+    prev_return: jax.Array
+    has_reward: jax.Array
+    has_return: jax.Array
+    key: jax.Array
+
+
+class Learner(NamedTuple):
+    """Pure functions of one agent (jit- and vmap-able).
+
+    init(key, tuner_state=None) -> LearnerState (tuner_key(key): the key init gives the
+    tuner); iterate(state, num_iterations, start=None) -> (state,
+    metrics with leading axis num_iterations); evaluate(state, key) -> scalar return
+    (JAX envs only).
+    Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
+    obs_norm); value(state, obs) -> (E,); learn(state, traj, do_ask=None) -> (state,
+    metrics of one iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
+    mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax).
+    set_hparams(state, values (h,)) -> state with those hyperparameters in effect.
+    exploit(states, parents (n,), values (n, h)) -> batched states (agents leading) where
+    every agent i with parents[i] != i continues from its donor's network, optimiser,
+    observation statistics and objective levels, all with `values` in effect.
+    """
+
+    config: PPOConfig
+    env: Any
+    tuner: Any
+    max_steps: int
+    init: Callable
+    iterate: Callable
+    evaluate: Callable
+    act: Callable
+    value: Callable
+    learn: Callable
+    n_steps: Callable
+    mode: Callable
+    tuner_key: Callable
+    set_hparams: Callable
+    exploit: Callable
+
+
+class Parts(NamedTuple):
+    """The static pieces the learner's functions share: max_steps rollout steps,
+    num_samples = max_steps x num_envs, minibatch_length = ceil(num_samples / M),
+    index: hyperparameter name -> position in the tuner's values."""
+
+    config: PPOConfig
+    env: Any
+    tuner: Any
+    per_agent: bool
+    index: dict
+    max_steps: int
+    num_samples: int
+    minibatch_length: int
+    actor: nets.Actor
+    critic: nets.Critic
+    opt: Any
+    action_low: jax.Array
+    action_high: jax.Array
+
+
+def _make_opt(learning_rate, max_grad_norm, adam_eps):
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
+
+
+def make_learner(config: PPOConfig, env, tuner) -> Learner:
+    """Build the pure functions of one PPO agent on `env` (anything `agents.envs.make`
+    accepts: a name, an environment object, a JaxEnv/HostEnv) with `tuner` in the loop.
+
+    tuner: an `hcjax.Tuner` (every agent its own: told every iteration, asked only on
+    deciding iterations), or an `hcjax.Population` (population-based training): then the
+    agent has no tuner of its own (`tuner_state` None, nothing told or asked), its
+    hyperparameters start at the space's defaults and are set from outside by the loop
+    that steps the population over the agent axis (`Learner.exploit`, agents.population).
+    """
+    if not isinstance(config, PPOConfig):
+        raise ValueError(f"make_learner: config must be a PPOConfig, got {type(config).__name__}")
+    if not isinstance(tuner, (Tuner, Population)):
+        raise ValueError(f"make_learner: tuner must be an hcjax.Tuner or hcjax.Population, got {type(tuner).__name__}")
+    env = envs.make(env)
+    space = tuner.space
+    check_space(space)
+    index = {n: i for i, n in enumerate(space.names)}
+    if config.max_batch_size is not None:
+        max_batch = config.max_batch_size
+    elif "batch_size" in index:
+        max_batch = int(space.high[index["batch_size"]])
+    else:
+        max_batch = config.batch_size
+    max_steps = -(-max_batch // config.num_envs)
+    N, M = max_steps * config.num_envs, config.num_minibatches
+    if N < M:
+        raise ValueError(f"PPOConfig.num_minibatches must be <= max batch {N} (num_envs x max_steps), got {M}")
+    opt = optax.inject_hyperparams(_make_opt)(**{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
+    p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
+              max_steps=max_steps, num_samples=N, minibatch_length=-(-N // M),
+              actor=nets.Actor(env.action_size, env.discrete, config.hidden_sizes, config.activation,
+                               config.init_log_std),
+              critic=nets.Critic(config.hidden_sizes, config.activation), opt=opt,
+              action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
+    bound = {name: functools.partial(fn, p) for name, fn in dict(
+        init=init, iterate=iterate, evaluate=evaluate, act=act, value=value, learn=learn, n_steps=n_steps,
+        mode=mode, set_hparams=set_hparams, exploit=exploit).items()}
+    return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, tuner_key=tuner_key, **bound)
+
+
+def make_train(config: PPOConfig, env, tuner) -> Callable:
+    """train(key) -> (final LearnerState, metrics with leading axis config.num_iterations)
+    of one agent with its own `tuner` (an hcjax.Tuner). A Population acts on many agents
+    at once: it is refused (ValueError); `agents.driver.run` trains one."""
+    if isinstance(tuner, Population):
+        raise ValueError(f"make_train: trains one agent, and population method {tuner.name!r} acts on the agent "
+                         f"axis; run it with agents.driver.run(config, env, population, keys)")
+    learner = make_learner(config, env, tuner)
+
+    def train(key):
+        return learner.iterate(learner.init(key), config.num_iterations, 0)
+
+    return train
+
+
+# ---- the bound functions (first argument: the learner's Parts) ----------------------------
+
+
+def hparam(p: Parts, values, name: str):
+    """The value of TUNABLE field `name` in effect: the tuner's (values (h,)), else the config's."""
+    if name in p.index:
+        return values[p.index[name]]
+    return jnp.asarray(float(getattr(p.config, name)), jnp.float32)
+
+
+def _set_opt_hparams(p: Parts, opt_state, values):
+    hps = dict(opt_state.hyperparams)
+    for n in OPTIMIZER_HPARAMS:
+        hps[n] = jnp.asarray(hparam(p, values, n), jnp.float32)
+    return opt_state._replace(hyperparams=hps)
+
+
+def _norm(p: Parts, stats, obs, values):
+    return normalize_obs(stats, obs, hparam(p, values, "obs_clip")) if p.config.normalize_obs else obs
+
+
+def _n_steps_of(p: Parts, hparams):
+    E = p.config.num_envs
+    batch = jnp.round(hparam(p, hparams, "batch_size")).astype(jnp.int32)
+    return jnp.clip((batch + E - 1) // E, 1, p.max_steps).astype(jnp.int32)
+
+
+def n_steps(p: Parts, state):
+    """int32 valid rollout steps of the agent's next iteration (from its batch size)."""
+    return _n_steps_of(p, state.hparams)
+
+
+def _env_action(p: Parts, action):
+    return action if p.env.discrete else nets.clip_action(action, p.action_low, p.action_high)
+
+
+def tuner_key(key):
+    """The key `init(key)` initialises the tuner with."""
+    return jax.random.split(key, 6)[2]
+
+
+def init(p: Parts, key, tuner_state=None) -> LearnerState:
+    """A fresh agent; tuner_state: the tuner's initial state (default
+    tuner.init(tuner_key(key)), e.g. a stacked tuner's state with its method chosen)."""
+    env, space = p.env, p.tuner.space
+    k_actor, k_critic, k_tuner, k_ask, k_env, k_next = jax.random.split(key, 6)
+    dummy = jnp.zeros((env.obs_size,), jnp.float32)
+    params = {"actor": p.actor.init(k_actor, dummy), "critic": p.critic.init(k_critic, dummy)}
+    if not p.per_agent:  # a population sets the values from outside (set_hparams)
+        tuner_state, values = None, jnp.asarray(space.default, jnp.float32)
+    else:
+        if tuner_state is None:
+            tuner_state = p.tuner.init(k_tuner)
+        tuner_state, values = p.tuner.ask(tuner_state, k_ask)
+        values = jnp.asarray(values, jnp.float32)
+    opt_state = _set_opt_hparams(p, p.opt.init(params), values)
+    if env.host:
+        env_state = obs = ep_running = None
+    else:
+        env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, p.config.num_envs))
+        ep_running = jnp.zeros((p.config.num_envs,), jnp.float32)
+    nan = jnp.full((), jnp.nan, jnp.float32)
+    return LearnerState(params=params, opt_state=opt_state, obs_stats=init_obs_stats(env.obs_size),
+                        env_state=env_state, obs=obs, ep_running=ep_running, tuner_state=tuner_state,
+                        hparams=values, iteration=jnp.zeros((), jnp.int32), prev_reward=nan,
+                        prev_return=nan, has_reward=jnp.asarray(False), has_return=jnp.asarray(False),
+                        key=k_next)
+
+
+def _act_with(p: Parts, state, obs, key):
+    obs_n = _norm(p, state.obs_stats, obs, state.hparams)
+    dist = p.actor.apply(state.params["actor"], obs_n)
+    action = nets.sample(key, dist, p.env.discrete)
+    return dict(action=action, env_action=_env_action(p, action), logp=nets.log_prob(dist, action, p.env.discrete),
+                value=p.critic.apply(state.params["critic"], obs_n), obs_norm=obs_n)
+
+
+def act(p: Parts, state, obs, t):
+    """Host path: obs (E, obs_size) raw -> actions etc. for rollout step t."""
+    key = jax.random.fold_in(jax.random.fold_in(state.key, 7), t)
+    return _act_with(p, state, jnp.asarray(obs, jnp.float32), key)
+
+
+def mode(p: Parts, state, obs):
+    """Deterministic env action (clipped mean / argmax) for raw obs (..., obs_size)."""
+    dist = p.actor.apply(state.params["actor"], _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
+    return _env_action(p, nets.mode(dist, p.env.discrete))
+
+
+def value(p: Parts, state, obs):
+    """Critic values (E,) of raw obs (E, obs_size)."""
+    obs = _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams)
+    return p.critic.apply(state.params["critic"], obs)
+
+
+def _collect(p: Parts, state, key):
+    """The JAX-env rollout of the agent's next iteration -> (state, traj with last_value)."""
+    env_state, obs, running, traj = stages.rollout(
+        functools.partial(_act_with, p, state), jax.vmap(p.env.step), state.env_state, state.obs,
+        state.ep_running, key, _n_steps_of(p, state.hparams), p.max_steps, p.config.num_envs)
+    traj["last_value"] = p.critic.apply(state.params["critic"], _norm(p, state.obs_stats, obs, state.hparams))
+    return state.replace(env_state=env_state, obs=obs, ep_running=running), traj
+
+
+def _loss(p: Parts, params, batch, mask, hparams):
+    return stages.ppo_loss(p.actor.apply, p.critic.apply, params, batch, mask, hparam(p, hparams, "clip_eps"),
+                           hparam(p, hparams, "vf_coef"), hparam(p, hparams, "ent_coef"), p.env.discrete)
+
+
+def _sgd_step(p: Parts, hparams, params, opt_state, batch, mask):
+    grads, _ = jax.grad(functools.partial(_loss, p), has_aux=True)(params, batch, mask, hparams)
+    updates, new_opt = p.opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt
+
+
+def _tune(p: Parts, state, objective, tell, hparams, key, do_ask):
+    """(tuner state, values in effect): told `objective` when `tell`, asked when `do_ask`
+    (a bool scalar; an unbatched one under vmap runs the ask only when deciding)."""
+    if not p.per_agent:
+        return None, hparams
+    tuner_state = stages.select(tell, p.tuner.tell(state.tuner_state, objective), state.tuner_state)
+    if do_ask is None:
+        do_ask = (state.iteration + 1) % p.config.tune_every == 0
+
+    def asked(ts):
+        ts, values = p.tuner.ask(ts, key)
+        return ts, jnp.asarray(values, jnp.float32)
+
+    return jax.lax.cond(do_ask, asked, lambda ts: (ts, hparams), tuner_state)
+
+
+def learn(p: Parts, state, traj, do_ask=None):
+    """One PPO update from a trajectory, the tuner's tell, and its ask when deciding.
+
+    traj: obs, raw_obs (T, E, obs_size); action (T, E[, a]); logp, value, reward,
+    ep_return (T, E) float; done, valid, ep_done (T, E) bool; last_value (E,).
+    do_ask: bool scalar, ask the tuner after this iteration (None: when
+    (state.iteration + 1) % tune_every == 0; pass an unbatched value under vmap so
+    that only deciding iterations pay for the ask)."""
+    cfg, N = p.config, p.num_samples
+    key, k_epochs, k_ask, k_next = jax.random.split(state.key, 4)
+    hparams, valid, reward = state.hparams, traj["valid"], traj["reward"]
+    adv, target = stages.gae(reward * hparam(p, hparams, "reward_scale"), traj["value"], traj["done"], valid,
+                             traj["last_value"], hparam(p, hparams, "gamma"), hparam(p, hparams, "gae_lambda"))
+    samples = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"], adv=adv, target=target)
+    samples = jax.tree.map(lambda x: x.reshape((N,) + x.shape[2:]), samples)
+    params, opt_state, rejected = stages.update_epochs(
+        functools.partial(_sgd_step, p, hparams), state.params, _set_opt_hparams(p, state.opt_state, hparams),
+        samples, valid.reshape(N), jax.random.split(k_epochs, cfg.update_epochs), cfg.num_minibatches,
+        p.minibatch_length)
+    stats = update_obs_stats(state.obs_stats, traj["raw_obs"], valid) if cfg.normalize_obs else state.obs_stats
+    out = stages.iteration_objective(cfg.objective, reward, valid, traj["ep_done"], traj["ep_return"],
+                                     state.prev_reward, state.prev_return, state.has_reward, state.has_return)
+    tuner_state, new_hparams = _tune(p, state, out["objective"], out["tell"], hparams, k_ask, do_ask)
+    metrics = dict(train_reward=out["train_reward"], objective=out["objective"], hparams=hparams,
+                   frames=out["frames"], rejected=rejected.astype(jnp.int32), episode_return=out["episode_return"])
+    state = state.replace(params=params, opt_state=opt_state, obs_stats=stats, tuner_state=tuner_state,
+                          hparams=new_hparams, iteration=state.iteration + 1, prev_reward=out["reward"],
+                          prev_return=out["episode_return"], has_reward=jnp.asarray(True),
+                          has_return=out["has_return"], key=k_next)
+    return state, metrics
+
+
+def iterate(p: Parts, state, num_iterations: int, start=None):
+    """`num_iterations` iterations in one lax.scan -> (state, metrics (num_iterations, ...)).
+
+    start: the number of the first iteration (an int or an unbatched int32 scalar:
+    the same for every agent of a vmapped batch), so that the tuner asks only on the
+    deciding iterations; None reads state.iteration (per agent: under vmap every
+    iteration then computes the ask)."""
+    if p.env.host:
+        raise ValueError(f"iterate: {p.env.name} is a host (gymnasium) env; use agents.driver.run")
+
+    def one_iteration(state, it):
+        key, k_roll = jax.random.split(state.key)
+        state, traj = _collect(p, state.replace(key=key), k_roll)
+        do_ask = None if it is None else (it + 1) % p.config.tune_every == 0
+        return learn(p, state, traj, do_ask)
+
+    its = None if start is None else jnp.asarray(start, jnp.int32) + jnp.arange(num_iterations, dtype=jnp.int32)
+    return jax.lax.scan(one_iteration, state, its, length=num_iterations)
+
+
+def evaluate(p: Parts, state, key):
+    """Deterministic (mean-action) return of one episode of at most eval_steps steps."""
+    if p.env.host:
+        raise ValueError(f"evaluate: {p.env.name} is a host (gymnasium) env; use agents.driver.run "
+                         f"(it evaluates host envs on the host)")
+    return stages.episode_return(p.env.reset, p.env.step, functools.partial(mode, p, state), key,
+                                 p.config.eval_steps)
+
+
+def set_hparams(p: Parts, state, values):
+    """The agent with hyperparameters `values` (h,) in effect from its next iteration
+    (the optimiser's injected ones too): how a population explores."""
+    values = jnp.asarray(values, jnp.float32)
+    return state.replace(hparams=values, opt_state=_set_opt_hparams(p, state.opt_state, values))
+
+
+def exploit(p: Parts, states, parents, values):
+    """Batched states (n agents leading): agent i continues from agent parents[i]'s
+    INHERITED fields (written in place, only the replaced rows, when the states are
+    donated to the jitted call), then every agent gets values[i] (n, h) in effect."""
+    states = states.replace(**exploit_in_place({f: getattr(states, f) for f in INHERITED}, parents))
+    return jax.vmap(functools.partial(set_hparams, p))(states, values)

@@ -1,0 +1,228 @@
+"""The stages of one PPO iteration as pure functions (jit- and vmap-able), each
+taking what it needs as arguments; `agents.ppo.learner` binds them to one agent.
+
+    rollout          max_steps env steps, steps t >= n_steps masked (env state kept)
+    gae              advantages and value targets backwards through the mask
+    update_epochs    epochs x minibatches of guarded updates over the valid samples
+    ppo_loss         the masked clipped-surrogate loss of one minibatch
+    iteration_objective   training reward, episode return and the tuner's objective
+    episode_return   one deterministic evaluation episode
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from agents import networks as nets
+from agents.wrappers import track_episodes
+from hcjax.tuner import valid_objective
+
+# ---- rollout ------------------------------------------------------------------------------
+
+
+def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_steps, max_steps: int,
+            num_envs: int):
+    """`max_steps` steps of `num_envs` envs; steps t >= n_steps (traced int32) leave the
+    env state, observations and running returns unchanged and are zero in the trajectory.
+
+    act(obs (E, obs_size), key) -> dict(obs_norm, action, env_action, logp, value);
+    env_step(keys (E, 2), env_state, env_action) -> (env_state, obs, reward (E,), done (E,)).
+    Returns (env_state, obs, running (E,), traj): traj obs, raw_obs (T, E, obs_size);
+    action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
+    Each step splits its key into (next, act, env) keys.
+    """
+    E = num_envs
+
+    def step(carry, t):
+        env_state, obs, running, key = carry
+        key, k_act, k_env = jax.random.split(key, 3)
+        valid = t < n_steps
+        out = act(obs, k_act)
+
+        def do(_):
+            s, o, r, d = env_step(jax.random.split(k_env, E), env_state, out["env_action"])
+            return s, o, r.astype(jnp.float32), d.astype(bool)
+
+        def skip(_):
+            return env_state, obs, jnp.zeros((E,), jnp.float32), jnp.zeros((E,), bool)
+
+        env_state2, obs2, reward, done = jax.lax.cond(valid, do, skip, None)
+        running, ep_ret, ep_done = track_episodes(running, reward, done, valid)
+        tr = dict(obs=out["obs_norm"], raw_obs=obs, action=out["action"], logp=out["logp"],
+                  value=out["value"], reward=reward, done=done, valid=jnp.broadcast_to(valid, (E,)),
+                  ep_return=ep_ret, ep_done=ep_done)
+        tr = {k: jnp.where(valid.reshape((1,) * v.ndim), v, jnp.zeros_like(v)) for k, v in tr.items()}
+        return (env_state2, obs2, running, key), tr
+
+    (env_state, obs, running, _), traj = jax.lax.scan(step, (env_state, obs, running, key), jnp.arange(max_steps))
+    return env_state, obs, running, traj
+
+
+def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int):
+    """Return of one episode of at most `max_steps` steps of a single env:
+    reset(key) -> (state, obs); step(key, state, action) -> (state, obs, reward, done);
+    policy(obs) -> action. Rewards after the first `done` are not counted."""
+    k_reset, k_steps = jax.random.split(key)
+    env_state, obs = reset(k_reset)
+
+    def body(carry, k):
+        env_state, obs, ret, alive = carry
+        env_state, obs, r, d = step(k, env_state, policy(obs))
+        return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
+
+    carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
+    (_, _, ret, _), _ = jax.lax.scan(body, carry, jax.random.split(k_steps, max_steps))
+    return ret
+
+
+# ---- advantages ---------------------------------------------------------------------------
+
+
+def gae(reward, value, done, valid, last_value, gamma, lam):
+    """Generalised advantage estimation through a validity mask.
+
+    reward, value, done, valid: (T, E); last_value: (E,) value of the observation after
+    the last valid step. Masked steps output 0 and pass the carry through unchanged, so
+    the advantages of valid steps do not depend on masked ones.
+    Returns advantages (T, E) and value targets (T, E) (= advantages + values).
+    """
+    def body(carry, x):
+        next_gae, next_value = carry
+        r, v, d, m = x
+        nonterminal = 1.0 - d.astype(jnp.float32)
+        delta = r + gamma * next_value * nonterminal - v
+        adv = delta + gamma * lam * nonterminal * next_gae
+        carry = (jnp.where(m, adv, next_gae), jnp.where(m, v, next_value))
+        return carry, jnp.where(m, adv, 0.0)
+
+    init = (jnp.zeros_like(last_value), last_value)
+    _, adv = jax.lax.scan(body, init, (reward, value, done, valid), reverse=True)
+    return adv, jnp.where(valid, adv + value, 0.0)
+
+
+# ---- the epochs of minibatch updates ------------------------------------------------------
+
+
+def all_finite(tree) -> jax.Array:
+    """bool scalar: every inexact leaf of `tree` is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def select(pred, a, b):
+    """The pytree `a` where the bool scalar `pred`, else `b` (leaf by leaf)."""
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def epoch_order(key, valid) -> jax.Array:
+    """(N,) int permutation of the samples: the valid ones (valid (N,) bool) first in a
+    uniformly random order (argsort of uniform draws; masked samples get 2.0)."""
+    return jnp.argsort(jnp.where(valid, jax.random.uniform(key, valid.shape), 2.0))
+
+
+def minibatch_rows(order, m, n_valid, num_minibatches: int, length: int):
+    """Minibatch m of an epoch: positions [m n_valid // M, (m+1) n_valid // M) of `order`
+    (N,), gathered as `length` rows (clipped to N - 1) with a mask of the first `size`.
+    Returns rows (length,) int, mask (length,) bool, size int32 scalar."""
+    start = (m * n_valid) // num_minibatches
+    size = ((m + 1) * n_valid) // num_minibatches - start
+    pos = jnp.arange(length)
+    rows = order[jnp.minimum(start + pos, order.shape[0] - 1)]
+    return rows, pos < size, size
+
+
+def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epoch_keys, num_minibatches: int,
+                  length: int):
+    """Epochs (one per key of epoch_keys (K, 2)) of `num_minibatches` guarded updates.
+
+    samples: pytree of (N, ...) arrays; valid: (N,) bool; update(params, opt_state,
+    batch (length, ...), mask (length,)) -> (params, opt_state). Every valid sample is in
+    exactly one minibatch per epoch (`epoch_order`, `minibatch_rows`). An update whose
+    result holds a non-finite value is rejected (params and opt_state kept), and so is
+    an empty minibatch. Returns (params, opt_state, rejected: bool, any non-finite update).
+    """
+    n_valid = jnp.sum(valid.astype(jnp.int32))
+
+    def epoch(carry, key):
+        order = epoch_order(key, valid)
+
+        def minibatch(carry, m):
+            params, opt_state, rejected = carry
+            rows, mask, size = minibatch_rows(order, m, n_valid, num_minibatches, length)
+            batch = jax.tree.map(lambda x: x[rows], samples)
+            new_params, new_opt = update(params, opt_state, batch, mask)
+            finite = all_finite(new_params) & all_finite(new_opt)
+            accept = finite & (size > 0)
+            params = select(accept, new_params, params)
+            opt_state = select(accept, new_opt, opt_state)
+            return (params, opt_state, rejected | ~finite), None
+
+        carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_minibatches))
+        return carry, None
+
+    (params, opt_state, rejected), _ = jax.lax.scan(epoch, (params, opt_state, jnp.asarray(False)), epoch_keys)
+    return params, opt_state, rejected
+
+
+def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, ent_coef, discrete):
+    """Masked PPO loss of one minibatch.
+
+    batch: obs (B, obs_size), action (B,) or (B, a), logp (B,), adv (B,), target (B,);
+    mask: (B,) bool. Advantages are standardised over the valid samples. Returns
+    (loss, aux dict of pg_loss, v_loss, entropy), every term a mean over valid samples.
+    """
+    w = mask.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    dist = actor_apply(params["actor"], batch["obs"])
+    logp = nets.log_prob(dist, batch["action"], discrete)
+    ent = nets.entropy(dist, discrete)
+    value = critic_apply(params["critic"], batch["obs"])
+    adv = batch["adv"]
+    mean = jnp.sum(w * adv) / n
+    std = jnp.sqrt(jnp.sum(w * (adv - mean) ** 2) / n)
+    adv = (adv - mean) / (std + 1e-8)
+    ratio = jnp.exp(logp - batch["logp"])
+    pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv)
+    vl = 0.5 * (value - batch["target"]) ** 2
+    pg_loss = jnp.sum(jnp.where(mask, pg, 0.0)) / n
+    v_loss = jnp.sum(jnp.where(mask, vl, 0.0)) / n
+    entropy = jnp.sum(jnp.where(mask, ent, 0.0)) / n
+    loss = pg_loss + vf_coef * v_loss - ent_coef * entropy
+    return loss, dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy)
+
+
+# ---- the iteration's objective ------------------------------------------------------------
+
+
+def iteration_objective(objective: str, reward, valid, ep_done, ep_return, prev_reward, prev_return, has_reward,
+                        has_return) -> dict:
+    """What one iteration tells the tuner, from its trajectory (T, E) arrays.
+
+    R: mean reward of the valid frames; R_valid: R, NaN if any valid reward is invalid
+    (`hcjax.tuner.valid_objective`); episode_return: mean return of the episodes that
+    finished (NaN if invalid; prev_return when none finished). objective (float32):
+    "reward_change" R_valid - prev_reward, "reward" R_valid, "return_change"
+    episode_return - prev_return; 0 where `tell` (bool) is False (no previous level).
+    Returns dict(frames, train_reward, reward, episode_return, has_return, objective, tell).
+    """
+    frames = jnp.sum(valid.astype(jnp.int32))
+    rewards_ok = jnp.all(jnp.where(valid, valid_objective(reward), True))
+    R = jnp.sum(jnp.where(valid, reward, 0.0)) / jnp.maximum(frames, 1).astype(jnp.float32)
+    R_valid = jnp.where(rewards_ok, R, jnp.nan)
+    n_ep = jnp.sum(ep_done.astype(jnp.float32))
+    ep_mean = jnp.sum(jnp.where(ep_done, ep_return, 0.0)) / jnp.maximum(n_ep, 1.0)
+    ep_ok = rewards_ok & valid_objective(ep_mean)
+    has_return_now = has_return | (n_ep > 0)
+    ep_ret = jnp.where(n_ep > 0, jnp.where(ep_ok, ep_mean, jnp.nan), prev_return)
+    if objective == "reward_change":
+        value, tell = R_valid - prev_reward, has_reward
+    elif objective == "reward":
+        value, tell = R_valid, jnp.asarray(True)
+    else:
+        value, tell = ep_ret - prev_return, has_return & has_return_now
+    value = jnp.where(tell, value, 0.0).astype(jnp.float32)
+    return dict(frames=frames, train_reward=R, reward=R_valid, episode_return=ep_ret, has_return=has_return_now,
+                objective=value, tell=tell)

@@ -1,0 +1,73 @@
+"""Populations owned by agents/: Learner.exploit copies donors, agents.driver.run steps
+an hcjax.Population (lineage returned), make_train and run refuse what they cannot run."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hcjax
+from agents import driver, ppo
+
+TINY = dict(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), eval_steps=20)
+
+
+def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values():
+    space = hcjax.ppo_space(batch_size=(16, 32))
+    cfg = ppo.PPOConfig(**TINY)
+    learner = ppo.make_learner(cfg, "CartPole-v1", hcjax.make_population("pbt", space))
+    n = 4
+    states = jax.jit(jax.vmap(learner.init))(jax.random.split(jax.random.PRNGKey(0), n))
+    states, _ = jax.jit(jax.vmap(lambda s: learner.iterate(s, 2, None)))(states)
+    parents = jnp.array([0, 0, 2, 2], jnp.int32)
+    values = jnp.asarray(np.stack([np.asarray(space.default, np.float32) * (1 + 0.1 * i) for i in range(n)]))
+    new = jax.jit(learner.exploit)(states, parents, values)
+    for field in ppo.INHERITED:
+        want = hcjax.exploit(getattr(states, field), parents)
+        for a, b in zip(jax.tree.leaves(getattr(new, field)), jax.tree.leaves(want)):
+            if a.dtype != jnp.float32 or field != "opt_state":
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=field)
+    for field in ("env_state", "obs", "ep_running", "iteration", "key"):  # the agent's own
+        for a, b in zip(jax.tree.leaves(getattr(new, field)), jax.tree.leaves(getattr(states, field))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=field)
+    np.testing.assert_array_equal(np.asarray(new.hparams), np.asarray(values))
+    lr = space.names.index("learning_rate")
+    np.testing.assert_array_equal(np.asarray(new.opt_state.hyperparams["learning_rate"]), np.asarray(values[:, lr]))
+    # the optimiser's moments come from the donor
+    mu_new, mu_old = jax.tree.leaves(new.opt_state.inner_state), jax.tree.leaves(states.opt_state.inner_state)
+    for a, b in zip(mu_new, mu_old):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[np.asarray(parents)])
+
+
+def test_driver_runs_pbt_on_a_population():
+    """Before: run(cfg, env, make_population("pbt", space), keys) trained every agent at the
+    space's defaults, silently. Now the population steps and its lineage is returned."""
+    space = hcjax.ppo_space(batch_size=(16, 32))
+    cfg = ppo.PPOConfig(num_iterations=6, tune_every=2, **TINY)
+    n = 4
+    result = driver.run(cfg, "CartPole-v1", hcjax.make_population("pbt", space), jax.random.split(
+        jax.random.PRNGKey(1), n), eval_every=3)
+    np.testing.assert_array_equal(result.lineage_iteration, [2, 4])
+    assert result.lineage_parent.shape == (n, 2) and result.lineage_objective.shape == (n, 2)
+    assert ((result.lineage_parent >= 0) & (result.lineage_parent < n)).all()
+    assert (result.lineage_parent != np.arange(n)[:, None]).any()  # someone was replaced
+    hparams = result.metrics["hparams"]  # (n, T, h)
+    assert hparams.shape == (n, 6, space.h)
+    assert not np.allclose(hparams, np.asarray(space.default, np.float32))  # not the defaults
+    assert len({tuple(h) for h in hparams[:, 0]}) > 1  # every agent its own values from the start
+    np.testing.assert_array_equal(result.eval_iterations, [3, 6])
+    # the objective ranked at iteration 2: the mean training reward of iterations 0 and 1
+    np.testing.assert_allclose(result.lineage_objective[:, 0], result.metrics["train_reward"][:, :2].mean(axis=1),
+                               rtol=1e-6)
+
+
+def test_make_train_refuses_a_population_and_run_refuses_anything_else():
+    space = hcjax.ppo_space(batch_size=(16, 32))
+    cfg = ppo.PPOConfig(num_iterations=2, **TINY)
+    with pytest.raises(ValueError, match="make_train.*pbt.*agents.driver.run"):
+        ppo.make_train(cfg, "CartPole-v1", hcjax.make_population("pbt", space))
+    with pytest.raises(ValueError, match="tuner_or_population must be an hcjax.Tuner or an hcjax.Population, got str"):
+        driver.run(cfg, "CartPole-v1", "pbt", jax.random.split(jax.random.PRNGKey(0), 2))
+    with pytest.raises(ValueError, match="JAX environments only"):
+        driver.run(cfg, "gymnasium/CartPole-v1", hcjax.make_population("pbt", space),
+                   jax.random.split(jax.random.PRNGKey(0), 2))

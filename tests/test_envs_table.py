@@ -1,0 +1,96 @@
+"""agents.envs as one table of backends: the table drives names, resolution and make;
+unknown EnvSpecs and observations that differ from their declared space are refused with
+a ValueError naming the environment; a host env's evaluate names what to use instead."""
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnax.environments import environment, spaces
+
+import hcjax
+from agents import envs, ppo
+
+
+def test_one_record_per_backend_drives_names_and_checks():
+    assert envs.BACKENDS == ("gymnax", "brax", "gymnasium") == tuple(b.name for b in envs.TABLE)
+    assert envs.MIN_VERSIONS == {"gymnax": "1.0.1", "brax": "0.14", "gymnasium": "1.2"}
+    assert [b.host for b in envs.TABLE] == [False, False, True]
+    for b in envs.TABLE:
+        assert isinstance(b, envs.Backend) and b.described and callable(b.make_named)
+    assert envs.EnvSpec("gymnasium", "CartPole-v1").host and not envs.EnvSpec("brax", "ant").host
+
+
+def test_an_unknown_env_spec_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown environment 'gymnax/Nope-v0'.*gymnax has no 'Nope-v0'"):
+        envs.make(envs.EnvSpec("gymnax", "Nope-v0"))
+    with pytest.raises(ValueError, match="EnvSpec backend must be one of.*got 'mujoco'"):
+        envs.make(envs.EnvSpec("mujoco", "Hopper"))
+    assert envs.make(envs.EnvSpec("gymnax", "CartPole-v1")).obs_size == 4
+
+
+class WrongShapeGymnax(environment.Environment):
+    """Declares a (3,) observation space and returns (2,) observations."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros(2), environment.EnvState(time=0)
+
+    def step_env(self, key, state, action, params):
+        return jnp.zeros(2), state, jnp.float32(0.0), jnp.bool_(False), {}
+
+    def get_obs(self, state, params=None, key=None):
+        return jnp.zeros(2)
+
+    @property
+    def name(self):
+        return "WrongShapeGymnax"
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(-1.0, 1.0, (3,))
+
+
+class WrongShapeGym(gym.Env):
+    """Declares a (3,) observation space and returns (5,) observations."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(5, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(5, np.float32), 0.0, True, False, {}
+
+
+def test_observations_that_differ_from_the_declared_space_are_refused_when_made():
+    with pytest.raises(ValueError, match=r"'WrongShapeGymnax'.*observations have shape \(2,\).*declares shape \(3,\)"):
+        envs.make(WrongShapeGymnax())
+    with pytest.raises(ValueError, match=r"'WrongShapeGym'.*observations have shape \(5,\).*declares shape \(3,\)"):
+        envs.make(WrongShapeGym)
+
+    def reset(key):
+        return 0, jnp.zeros(4)
+
+    def step(key, state, action):
+        return state, jnp.zeros(4), jnp.float32(0), jnp.bool_(False)
+
+    custom = envs.JaxEnv(name="four", obs_size=2, action_size=2, discrete=True, reset=reset, step=step)
+    with pytest.raises(ValueError, match=r"'four'.*observations have shape \(4,\).*declares shape \(2,\)"):
+        envs.make(custom)
+    with pytest.raises(ValueError, match="'four'"):
+        ppo.make_learner(ppo.PPOConfig(), custom, hcjax.make_tuner("fixed", hcjax.ppo_space()))
+    fine = envs.JaxEnv(name="four", obs_size=4, action_size=2, discrete=True, reset=reset, step=step)
+    assert envs.make(fine) is fine
+
+
+def test_evaluating_a_host_env_names_the_driver():
+    cfg = ppo.PPOConfig(num_envs=2, batch_size=8, num_minibatches=2, hidden_sizes=(4,))
+    learner = ppo.make_learner(cfg, "gymnasium/CartPole-v1", hcjax.make_tuner("fixed", hcjax.ppo_space()))
+    with pytest.raises(ValueError, match="host \\(gymnasium\\) env; use agents.driver.run") as err:
+        learner.evaluate(None, jax.random.PRNGKey(0))
+    assert "evaluate_host" not in str(err.value)
