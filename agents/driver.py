@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -240,7 +241,8 @@ class HostRollout:
                 r = np.asarray(r, np.float32)
                 acc = self.running[i] + r
                 traj["obs"][i, t], traj["raw_obs"][i, t] = out["obs_norm"][i], self.obs[i]
-                traj["action"][i, t], traj["logp"][i, t], traj["value"][i, t] = out["action"][i], out["logp"][i], out["value"][i]
+                for name in ("action", "logp", "value"):
+                    traj[name][i, t] = out[name][i]
                 traj["reward"][i, t], traj["done"][i, t], traj["valid"][i, t] = r, d, True
                 traj["ep_done"][i, t], traj["ep_return"][i, t] = d, np.where(d, acc, 0.0)
                 self.running[i] = np.where(d, 0.0, acc)

@@ -9,7 +9,7 @@ the clipped mean. Discrete envs use a Categorical over the logits.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax

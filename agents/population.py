@@ -14,7 +14,7 @@ is fixed (POPULATION_KEY), folded with the iteration count at each step.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np

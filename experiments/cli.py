@@ -122,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
     run.add_argument("--no-plot", action="store_true", help="do not write figures and tables at the end")
     run.add_argument("--tensorboard", action="store_true",
-                     help="live scalars per unit and seed under OUT/tensorboard/ (tensorboard --logdir OUT/tensorboard)")
+                     help="live scalars per unit and seed under OUT/tensorboard/ "
+                          "(tensorboard --logdir OUT/tensorboard)")
     run.add_argument("--memory-limit-gib", type=float, default=DEFAULT_MEMORY_LIMIT_GIB,
                      help="refuse a unit estimated to need more memory than this "
                           f"(GiB, default {DEFAULT_MEMORY_LIMIT_GIB:g})")
@@ -384,7 +385,8 @@ def cmd_info(args) -> int:
     return 1 if problems else 0
 
 
-COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "bench": cmd_bench, "info": cmd_info,
+            "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable
 from importlib import metadata
-from typing import Callable
 
 import jax
 import jax.numpy as jnp

@@ -29,7 +29,7 @@ T = 24  # decisions per run in the property and vmap tests
 TELLS = 2  # tells per decision
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runner(name):
     """jitted run(key, objectives (T, TELLS)) -> (values (T, h), final state); compiled once."""
     tuner = hcjax.make_tuner(name, SPACE, **METHODS[name])
@@ -152,7 +152,7 @@ def test_hyperband_survivors_are_best_scored():
         return float(-np.sum((values - 0.3) ** 2) + 0.05 * rng.normal() + 0.001 * step)
 
     step = 0
-    for sweep in range(2):
+    for _sweep in range(2):
         for bracket in sched["brackets"]:
             sums, counts, table, current = None, None, None, None
             for i, (n_i, r_i) in enumerate(bracket):

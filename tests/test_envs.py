@@ -12,7 +12,8 @@ import pytest
 from gymnax.environments import environment, spaces
 
 import hcjax
-from agents import driver, envs, networks as nets
+from agents import driver, envs
+from agents import networks as nets
 from agents.ppo import METRIC_KEYS, PPOConfig
 
 # ---- names --------------------------------------------------------------------------------
@@ -176,7 +177,8 @@ def test_brax_env_objects():
 
     raw = brax_envs.get_environment("hopper", backend="positional")
     env = envs.make(raw, episode_length=50)
-    assert (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", "Hopper", 11, 3, 50)
+    described = (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps)
+    assert described == ("brax", "Hopper", 11, 3, 50)
     state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]  # traced, not compiled
     _, obs, r, d = jax.eval_shape(env.step, jax.random.PRNGKey(0), state, jnp.zeros(3))
     assert obs.shape == (11,) and d.dtype == jnp.bool_

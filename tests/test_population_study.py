@@ -9,12 +9,12 @@ import pytest
 
 import hcjax
 from agents import envs, ppo
+from agents.population import PopulationLoop
 from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.plan import unit_keys
-from agents.population import PopulationLoop
 from tests.cli_runs import cartpole_study
 
 SPACE = hcjax.ppo_space(batch_size=(16, 32))

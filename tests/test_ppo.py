@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import hcjax
-from agents import envs, networks as nets, ppo
+from agents import envs, ppo
+from agents import networks as nets
 from agents.wrappers import init_obs_stats, update_obs_stats
 
 # ---- configuration ---------------------------------------------------------------------

@@ -3,7 +3,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hcjax import Hyperparameter, Space, ppo_space, unit_space
 
@@ -140,4 +141,5 @@ def test_values_by_name_inside_jit():
     assert lr.shape == () and float(lr) == float(np.float32(1e-4) * 2)
     batch = jax.jit(jax.vmap(lambda v: space.value(v, "batch_size")))(jnp.stack([values, values + 1]))
     np.testing.assert_array_equal(np.asarray(batch), [2048.0, 2049.0])
-    np.testing.assert_array_equal(np.asarray(space.value(jnp.stack([values, values]), "clip_eps")), np.float32([0.2, 0.2]))
+    batched = space.value(jnp.stack([values, values]), "clip_eps")
+    np.testing.assert_array_equal(np.asarray(batched), np.float32([0.2, 0.2]))

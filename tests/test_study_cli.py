@@ -131,7 +131,8 @@ def test_an_out_that_cannot_be_written_is_a_usage_error(kind, tmp_path, capsys):
         out.write_text("not a directory")
     code, _, err = main(MINI + ["--methods", "fixed", "--out", str(out)], capsys)
     assert code == 2
-    assert {"file": "is an existing file", "uncreatable": "cannot be created", "unwritable": "is not writable"}[kind] in err
+    said = {"file": "is an existing file", "uncreatable": "cannot be created", "unwritable": "is not writable"}
+    assert said[kind] in err
     assert "Traceback" not in err
 
 

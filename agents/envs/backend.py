@@ -9,7 +9,8 @@ import importlib.metadata
 import math
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ path builds num_envs copies.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -10,7 +10,7 @@ taking what it needs as arguments; `agents.ppo.learner` binds them to one agent.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

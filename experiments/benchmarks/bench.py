@@ -107,7 +107,7 @@ def run(out: Path, quick: bool = False, scripts=SCRIPTS) -> dict:
     """Run `scripts` into `out`; returns the report (with 'paths' of the JSON and Markdown)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    report = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               "device": deps.devices(), "packages": deps.versions(), "git": R.git_commit(),
               "quick": quick, "benchmarks": {}}
     paths = {"json": out / "report.json", "markdown": out / "report.md"}

@@ -7,7 +7,8 @@ Brax halfcheetah (spring backend) at the paper's settings: 1000 frames per itera
 exactly 1000 frames and the comparison isolates the tuner's cost), 10 epochs of 16
 minibatches, actor and critic 3x256 tanh. Per agent count, the programs of all tuners
 (TUNERS: fixed, hypercontroller, gp_ucb, pb2, each asking only when deciding) are
-compiled first (warm-up call), then timed in interleaved rounds; the best round counts. Then agents-per-program scaling: one iteration
+compiled first (warm-up call), then timed in interleaved rounds; the best round counts.
+Then agents-per-program scaling: one iteration
 for 1, 16, 64, 256, 1024 (quick: 1, 32, 1024) vmapped agents with `hypercontroller`, until the device runs
 out of memory or an iteration would take longer than `--scaling-budget` seconds (on a
 2-core CPU that is after 16 agents, quick: 4; on an H200 all counts ran). Also the gymnasium host

@@ -301,7 +301,8 @@ def paths_section(quick: bool, timeout_s: float) -> tuple[list[dict], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "paths.json")
-        cmd = [sys.executable, "-m", "experiments.benchmarks.bench_tuners", "--paths-worker", out] + (["--quick"] if quick else [])
+        cmd = [sys.executable, "-m", "experiments.benchmarks.bench_tuners", "--paths-worker", out]
+        cmd += ["--quick"] if quick else []
         try:
             proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
             output = proc.stdout

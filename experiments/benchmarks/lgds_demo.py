@@ -14,9 +14,9 @@ import time
 import jax
 
 import hcjax
-from hcjax import lgds
 from experiments.benchmarks.timing import print_table, write_json_atomic
 from experiments.study.methods import options
+from hcjax import lgds
 
 
 def method_options(name: str, *, d: int, n: int, gp_buffer: int) -> dict:
@@ -38,7 +38,8 @@ def main(argv=None) -> dict:
     methods = args.methods or list(hcjax.available())
     for field in ("seeds", "n", "h", "d", "gp_buffer"):
         if getattr(args, field) < (2 if field == "d" else 1):
-            raise ValueError(f"lgds_demo: --{field.replace('_', '-')} must be positive (d >= 2), got {getattr(args, field)}")
+            flag = field.replace("_", "-")
+            raise ValueError(f"lgds_demo: --{flag} must be positive (d >= 2), got {getattr(args, field)}")
     space = hcjax.unit_space(args.h)
     tuners = {m: hcjax.make_tuner(m, space, **method_options(m, d=args.d, n=args.n, gp_buffer=args.gp_buffer))
               for m in methods}

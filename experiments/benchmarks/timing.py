@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 

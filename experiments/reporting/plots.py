@@ -32,11 +32,24 @@ import numpy as np
 
 from experiments.reporting import stats as ST
 from experiments.reporting import tables
-from experiments.reporting.views import BASELINE, cumulative_minutes, final_eval, final_train, grouped, quartiles, \
-    study_scores
+from experiments.reporting.views import (
+    BASELINE,
+    cumulative_minutes,
+    final_eval,
+    final_train,
+    grouped,
+    quartiles,
+    study_scores,
+)
 from experiments.study.methods import color, label
-from experiments.study.store import StudyDir, UnitResult, atomic_write_bytes, atomic_write_text, read_manifest, \
-    unit_name
+from experiments.study.store import (
+    StudyDir,
+    UnitResult,
+    atomic_write_bytes,
+    atomic_write_text,
+    read_manifest,
+    unit_name,
+)
 
 
 def _matplotlib():

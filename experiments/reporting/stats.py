@@ -53,7 +53,7 @@ weighs the same), with pointwise bootstrap bands.
 from __future__ import annotations
 
 import zlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -53,7 +53,7 @@ class Record:
                 "lineage_objective": np.stack(objectives, axis=1).astype(np.float32)}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Record":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Record:
         metrics = {k[len("metric/"):]: v for k, v in arrays.items() if k.startswith("metric/")}
         rec = cls(done=int(arrays["done"]), chunks=[metrics] if metrics else [],
                   evals=list(np.moveaxis(arrays["eval_reward"], 1, 0)),

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import jax
 import numpy as np
 
+from agents.population import PopulationLoop, population_objective
 from agents.ppo import PPOConfig, make_learner
 from experiments.reporting.tensorboard import UnitGroupScalars
 from experiments.study import build
@@ -26,9 +27,15 @@ from experiments.study.checkpoints import Checkpoint
 from experiments.study.devices import padded_count
 from experiments.study.loops import run_host_unit, run_jax_unit
 from experiments.study.methods import is_population
-from experiments.study.plan import (config_key, merge_configs, ppo_options, study_config, unit_config, unit_groups,
-                                    unit_keys)
-from agents.population import PopulationLoop, population_objective
+from experiments.study.plan import (
+    config_key,
+    merge_configs,
+    ppo_options,
+    study_config,
+    unit_config,
+    unit_groups,
+    unit_keys,
+)
 from experiments.study.presets import EnvChoice, Plan
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
@@ -85,7 +92,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         rows = slice(m * S, (m + 1) * S)
 
         def cut(name, dtype):
-            return np.asarray(out[name][rows], dtype)
+            return np.asarray(out[name][rows], dtype)  # noqa: B023 - called within the iteration
 
         if population is None:
             tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every)

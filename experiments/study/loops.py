@@ -9,17 +9,18 @@ axis sharded across devices (see `experiments.study.devices`).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from agents import driver
+from agents.population import PopulationLoop
 from experiments.study.checkpoints import Checkpoint, Record
 from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
-from agents.population import PopulationLoop
 from hcjax.tuners.stacked import select
 
 
@@ -83,7 +84,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     programs = {}
 
     def start_state():
-        state = compiled(init, *init_args, fast=True)(*init_args)  # runs once: optimising it is not worth its compile time
+        # runs once: optimising it is not worth its compile time
+        state = compiled(init, *init_args, fast=True)(*init_args)
         return state if population is None else population.init(state)
 
     t0 = time.perf_counter()

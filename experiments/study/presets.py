@@ -28,7 +28,8 @@ stepped on the host (the paper's environment, slower). Any other name is looked 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study.methods import ALL_METHODS, METHODS
@@ -389,7 +390,8 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     p = dataclasses.replace(p, space=check_space(p.space))
     unknown = sorted(set(p.env_ppo) - set(p.envs))
     if unknown:
-        raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; envs: {', '.join(p.envs)}")
+        raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; "
+                         f"envs: {', '.join(p.envs)}")
     choices = tuple(choose_env(e, p) for e in p.envs)
     labels = [c.label for c in choices]
     if len(set(labels)) != len(labels):

@@ -40,8 +40,9 @@ import platform
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import filelock
 import numpy as np
@@ -409,7 +410,7 @@ class StudyDir:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 # Module-level shortcuts for readers of a study directory.
@@ -431,7 +432,8 @@ def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                capture_output=True, text=True,
                                 timeout=10).stdout
         return {"commit": sha, "dirty": bool(status.strip()) if sha else None}
     except (OSError, subprocess.SubprocessError):

@@ -16,5 +16,6 @@ from hcjax.population import pb2, pbt, shared  # noqa: F401  (registers the meth
 from hcjax.population.base import Population, make_population, population_options, populations
 from hcjax.population.exploit import exploit, exploit_in_place, quantile_size, select
 
-__all__ = ["Population", "exploit", "exploit_in_place", "make_population", "population_options", "populations", "quantile_size",
+__all__ = ["Population", "exploit", "exploit_in_place", "make_population", "population_options", "populations",
+           "quantile_size",
            "select"]

@@ -19,7 +19,8 @@ sharded over devices (see `hcjax.population.exploit`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

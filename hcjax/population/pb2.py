@@ -42,8 +42,13 @@ import jax.numpy as jnp
 from flax import struct
 
 from hcjax import gp
-from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
-                                   register_population)
+from hcjax.population.base import (
+    Population,
+    check_objectives,
+    check_population_memory,
+    check_population_size,
+    register_population,
+)
 from hcjax.population.exploit import quantile_size, select
 from hcjax.population.pbt import check_quantile
 from hcjax.space import Space

@@ -30,8 +30,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
-                                   register_population)
+from hcjax.population.base import (
+    Population,
+    check_objectives,
+    check_population_memory,
+    check_population_size,
+    register_population,
+)
 from hcjax.population.exploit import quantile_size, select
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_float, valid_objective

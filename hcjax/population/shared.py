@@ -31,8 +31,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from hcjax.population.base import (Population, check_objectives, check_population_memory, check_population_size,
-                                   register_population)
+from hcjax.population.base import (
+    Population,
+    check_objectives,
+    check_population_memory,
+    check_population_size,
+    register_population,
+)
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, valid_objective
 from hcjax.tuners import hypercontroller as C

@@ -17,7 +17,8 @@ grid order among those within 1e-3 of the maximum).
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
