@@ -241,11 +241,16 @@ def test_state_lives_on_the_chosen_device_default_the_cpu(device):
     assert devices_of(tuner) == {cpu}
 
 
-@pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a GPU")
-def test_state_on_the_gpu_when_asked():
-    default, on_gpu = hcjax.HostTuner("gp_ucb", SPACE, **SMALL_GP), hcjax.HostTuner("gp_ucb", SPACE, device="gpu",
-                                                                                  **SMALL_GP)
+def test_state_on_the_accelerator_when_asked():
+    # On a GPU machine device="gpu" puts the state there (the default stays on the CPU);
+    # on a machine without one, asking for it is refused naming the argument.
+    default = hcjax.HostTuner("gp_ucb", SPACE, **SMALL_GP)
     assert {d.platform for d in devices_of(default)} == {"cpu"}
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        with pytest.raises(ValueError, match="HostTuner.device"):
+            hcjax.HostTuner("gp_ucb", SPACE, device="gpu", **SMALL_GP)
+        return
+    on_gpu = hcjax.HostTuner("gp_ucb", SPACE, device="gpu", **SMALL_GP)
     assert {d.platform for d in devices_of(on_gpu)} == {"gpu"}
     on_gpu.ask()
     on_gpu.tell(0.5)

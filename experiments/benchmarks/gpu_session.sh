@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU standing list (see docs/benchmarks.md) as one device call: install the carried
+# wheels (.gpu_wheels/, made by `pip download` for cp312), then each step under its own
+# time cap, every output under $OUT. A capped study resumes on the next call.
+#   PRESET (default gpu), STUDY_CAP / BENCH_CAP: seconds for the study and `hcjax bench --quick`;
+#   BENCH_ONLY: a list of bench scripts (default all).
+#   Run from the repository root: OUT=/some/dir bash experiments/benchmarks/gpu_session.sh
+set -u
+OUT=${OUT:?set OUT}
+STUDY_CAP=${STUDY_CAP:-330}
+PRESET=${PRESET:-gpu}
+BENCH_CAP=${BENCH_CAP:-200}
+DEPS=${DEPS:-/tmp/hcjax_deps}
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/session.log"; }
+
+if [ ! -d "$DEPS" ]; then
+  pip install --no-index --no-deps --target "$DEPS" .gpu_wheels/*.whl > "$OUT/install.log" 2>&1 \
+    || { stamp "wheel install failed"; tail -5 "$OUT/install.log"; }
+fi
+export PYTHONPATH="$DEPS:$PWD"
+export PYTHONUNBUFFERED=1
+python3 -m experiments info > "$OUT/info.txt" 2>&1; stamp "info: $(grep -m1 -i 'jax ' "$OUT/info.txt")"
+
+stamp "bench --quick (cap $BENCH_CAP s)"
+timeout -s INT -k 10 "$BENCH_CAP" python3 -m experiments bench --quick ${BENCH_ONLY:+--only $BENCH_ONLY} \
+  --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+stamp "bench exit $?"
+
+stamp "preset $PRESET (cap $STUDY_CAP s)"
+timeout -s INT -k 20 "$STUDY_CAP" python3 -m experiments run --preset "$PRESET" --no-progress --out "$OUT/study" \
+  > "$OUT/study.log" 2>&1
+stamp "study exit $?"
+python3 -m experiments plot "$OUT/study" > "$OUT/plot.log" 2>&1; stamp "plot exit $?"
+rm -f "$OUT/study/.lock" "$OUT/study/.lock.owner"
+stamp "done"
