@@ -3,7 +3,8 @@
 # wheels (.gpu_wheels/, made by `pip download` for cp312), then each step under its own
 # time cap, every output under $OUT. A capped study resumes on the next call.
 #   PRESET (default gpu), STUDY_CAP / BENCH_CAP: seconds for the study and `hcjax bench --quick`;
-#   BENCH_ONLY: a list of bench scripts (default all).
+#   BENCH_ONLY: a list of bench scripts (default all); TESTS_CAP: seconds for the tests that
+#   need the device (HostTuner's state on the GPU).
 #   Run from the repository root: OUT=/some/dir bash experiments/benchmarks/gpu_session.sh
 set -u
 OUT=${OUT:?set OUT}
@@ -20,7 +21,12 @@ if [ ! -d "$DEPS" ]; then
 fi
 export PYTHONPATH="$DEPS:$PWD"
 export PYTHONUNBUFFERED=1
-python3 -m experiments info > "$OUT/info.txt" 2>&1; stamp "info: $(grep -m1 -i 'jax ' "$OUT/info.txt")"
+python3 -m experiments info > "$OUT/info.txt" 2>&1; stamp "info: $(grep -m1 '^jax ' "$OUT/info.txt"), $(grep -m1 -i 'device' "$OUT/info.txt")"
+
+stamp "device tests (cap ${TESTS_CAP:-90} s)"
+timeout -s INT -k 10 "${TESTS_CAP:-90}" python3 -m pytest -q -p no:cacheprovider tests/test_host_tuner.py \
+  -k "accelerator or device" > "$OUT/device_tests.log" 2>&1
+stamp "device tests exit $?: $(tail -1 "$OUT/device_tests.log")"
 
 stamp "bench --quick (cap $BENCH_CAP s)"
 timeout -s INT -k 10 "$BENCH_CAP" python3 -m experiments bench --quick ${BENCH_ONLY:+--only $BENCH_ONLY} \
