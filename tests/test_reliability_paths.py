@@ -25,6 +25,7 @@ from experiments.reporting import plots
 from experiments.study import engine, files, validate
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint, Record
+from tests.cli_runs import cartpole_study
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress",
@@ -74,15 +75,16 @@ def test_a_units_method_cannot_make_plot_write_outside_the_study(tmp_path, capsy
     """The issue's reproduction: a unit copied in with meta.method "pbt/../../../x"."""
     study = tmp_path / "a" / "b" / "study"
     two_units(study)
-    files.atomic_write_bytes(study / "units" / "A__pbt.npz", R.unit_bytes(population_unit("pbt/../../../x")))
+    copied = R.StudyDir(study).unit_path("A", "pbt")
+    files.atomic_write_bytes(copied, R.unit_bytes(population_unit("pbt/../../../x")))
     before = tree(tmp_path) - tree(study)
     code, out, err = main(["plot", study], capsys)
     assert code == 0, err
     assert tree(tmp_path) - tree(study) == before  # nothing written outside
     assert not list(tmp_path.rglob("x.png"))
     figures = sorted(p.name for p in (study / "figures").glob("lineage_*"))
-    assert figures == ["lineage_A__pbt_.._.._.._x.png"], figures
-    assert f"{study / 'units' / 'A__pbt.npz'} holds the unit A / pbt/../../../x" in err  # named, not silent
+    assert len(figures) == 1 and "/" not in figures[0] and figures[0].endswith("_.._.._.._x.png"), figures
+    assert f"{copied} holds the unit A / pbt/../../../x" in err  # named, not silent
 
 
 @pytest.mark.parametrize("text, name", [("pbt/../../x", "pbt_.._.._x"), ("..", "_"), ("", "_"), (".", "_"),
@@ -325,7 +327,7 @@ def test_a_run_quarantines_an_inconsistent_unit_naming_it(tmp_path):
     path = store.save_unit(u)
     said = []
     assert store.finished("A", "fixed", "k", log=said.append) is False
-    moved = list((tmp_path / "units" / "corrupt").glob("A__fixed.npz.*"))
+    moved = list((tmp_path / "units" / "corrupt").glob(f"{R.unit_name('A', 'fixed')}.npz.*"))
     assert len(moved) == 1 and not path.exists()
     assert f"{path}: inconsistent unit file (eval_iteration" in said[0] and str(moved[0]) in said[0]
 
@@ -335,7 +337,7 @@ def test_a_huge_array_is_refused_before_it_is_decompressed(tmp_path, monkeypatch
     eval_reward of 80 MB zeros, under 100 kB on disk) is refused from its header alone."""
     u = synthetic_unit("A", "fixed", 2, np.random.default_rng(0))
     u.eval_reward = np.zeros((2, 10_000_000), np.float32)
-    path = tmp_path / "units" / "A__fixed.npz"
+    path = R.StudyDir(tmp_path).unit_path("A", "fixed")
     files.atomic_write_bytes(path, R.unit_bytes(u))
     assert path.stat().st_size < 1_000_000
 
@@ -349,7 +351,7 @@ def test_a_huge_array_is_refused_before_it_is_decompressed(tmp_path, monkeypatch
 
 def test_a_unit_over_the_size_limit_is_refused_before_it_is_decompressed(tmp_path, monkeypatch):
     u = synthetic_unit("A", "fixed", 2, np.random.default_rng(0), iterations=100_000, evals=1)
-    path = tmp_path / "A__fixed.npz"
+    path = tmp_path / "unit.npz"
     path.write_bytes(R.unit_bytes(u))
     assert R.load_unit(path).train_reward.shape == (2, 100_000)
     monkeypatch.setattr(validate, "MAX_UNIT_BYTES", 2**20)
@@ -360,7 +362,7 @@ def test_a_unit_over_the_size_limit_is_refused_before_it_is_decompressed(tmp_pat
 
 def test_a_member_declaring_more_than_it_holds_is_refused(tmp_path):
     good = io.BytesIO(R.unit_bytes(synthetic_unit("A", "fixed", 2, np.random.default_rng(0))))
-    path = tmp_path / "A__fixed.npz"
+    path = tmp_path / "unit.npz"
     with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as dst:
         for info in src.infolist():
             data = src.read(info)
@@ -378,15 +380,18 @@ def test_a_unit_named_after_another_is_named_in_a_warning(tmp_path, capsys):
     """The issue's reproduction: a unit copied from another method's file name."""
     out = tmp_path / "study"
     two_units(out)
-    units = out / "units"
-    (units / "A__pbt.npz").write_bytes((units / "A__fixed.npz").read_bytes())  # holds A / fixed
-    (units / "A__random.npz").rename(units / "copied.npz")  # the only A / random, misnamed
+    store = R.StudyDir(out)
+    units = store.units_dir
+    store.unit_path("A", "pbt").write_bytes(store.unit_path("A", "fixed").read_bytes())  # holds A / fixed
+    store.unit_path("A", "random").rename(units / "copied.npz")  # the only A / random, misnamed
     said = []
     loaded = R.StudyDir(out).units(warn=said.append)
     assert sorted(u.meta["method"] for u in loaded) == ["fixed", "random"]
-    assert any(f"{units / 'A__pbt.npz'} holds the unit A / fixed, whose file is A__fixed.npz" in s and "skipped" in s
+    assert any(f"{store.unit_path('A', 'pbt')} holds the unit A / fixed, whose file is "
+               f"{store.unit_path('A', 'fixed').name}" in s and "skipped" in s
                for s in said), said
-    assert any(f"{units / 'copied.npz'} holds the unit A / random, whose file is A__random.npz: rename it" in s
+    assert any(f"{units / 'copied.npz'} holds the unit A / random, whose file is "
+               f"{store.unit_path('A', 'random').name}: rename it" in s
                for s in said), said
 
 
@@ -430,9 +435,36 @@ def test_a_truncated_checkpoint_is_quarantined_and_the_unit_restarts(what, tmp_p
     path = store.save_checkpoint("A", "fixed", arrays)
     said = []
     assert Checkpoint(store, "A", "fixed", "k", said.append).load(LIKE) is None
-    moved = list((tmp_path / "units" / "corrupt").glob("A__fixed.npz.*"))
+    moved = list((tmp_path / "units" / "corrupt").glob(f"{R.unit_name('A', 'fixed')}.npz.*"))
     assert len(moved) == 1 and not path.exists()
     assert f"{path}: inconsistent checkpoint" in said[0] and str(moved[0]) in said[0] and "starts over" in said[0]
+
+
+def test_a_truncated_checkpoint_of_a_real_run_is_recomputed_in_full(tmp_path, capsys, monkeypatch):
+    """The issue's reproduction end to end: a real checkpoint (kept by a run whose clean-up
+    is switched off) with its per-iteration arrays cut to 2 of the 4 iterations its `done`
+    says; today's rerun resumed from it and wrote a unit 2 iterations short (exit 0)."""
+    config = tmp_path / "study.toml"
+    config.write_text(cartpole_study(["fixed"], seeds=1, iterations=4, eval_every=2))
+    out = tmp_path / "study"
+    store = R.StudyDir(out)
+    run = ["run", "--config", config, "--out", out, "--no-plot", "--no-progress"]
+    with monkeypatch.context() as m:
+        m.setattr(Checkpoint, "remove", lambda self: None)
+        code, _, err = main(run, capsys)
+    assert code == 0, err
+    path = store.checkpoint_path("CartPole-v1", "fixed")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert int(arrays["record/done"]) == 4
+    arrays.update({k: v[:, :2] for k, v in arrays.items() if k.startswith("record/metric/")})
+    store.save_checkpoint("CartPole-v1", "fixed", arrays)
+    store.unit_path("CartPole-v1", "fixed").unlink()
+    code, _, err = main(run, capsys)
+    assert code == 0, err
+    assert f"{path}: inconsistent checkpoint" in err and "starts over" in err
+    unit = R.load_unit(store.unit_path("CartPole-v1", "fixed"))
+    assert unit.train_reward.shape == (1, 4) and unit.eval_iteration.tolist() == [2, 4]
 
 
 def test_a_consistent_checkpoint_still_resumes(tmp_path):
