@@ -33,7 +33,8 @@ from experiments.study.plan import unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
-that is a file, unwritable, in use by another run, or holding another study), always
+that is a file, unwritable, in use by another run, or holding another study, a link or a
+file in the way inside it, an environment's missing optional dependency), always
 detected before any work starts, with a message naming the field and the allowed
 values; 1 our failure during the work, reported with the exception's type, message and
 location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143

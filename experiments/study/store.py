@@ -16,7 +16,10 @@ ask it, neither spells a path):
 
 Every write goes to a temporary file in the same directory, is fsynced and then
 `os.replace`d onto its name, so a file is either absent or complete; files get the
-user's umask (0644 typically). One writer per directory: `StudyDir.lock()` holds an
+user's umask (0644 typically). Nothing is written through a link planted in the
+directory (`check_layout` before any work, and `experiments.study.files` for every
+write). Units and checkpoints are validated when read (`experiments.study.validate`).
+One writer per directory: `StudyDir.lock()` holds an
 exclusive lock (filelock) for the whole run, and a second run on the same directory
 fails at once naming the process that holds it.
 
