@@ -16,20 +16,25 @@ import traceback
 import warnings
 from pathlib import Path
 
+import gymnasium.error
 import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
+from agents.envs.backend import problem as backend_problem
+from agents.envs.table import BY_NAME as BACKENDS
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots, tables, tensorboard
-from experiments.study import engine, presets, studyfile
+from experiments.study import build, engine, presets, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
+from experiments.study.files import check_writable_dir
 from experiments.study.plan import unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
-that is a file, unwritable, in use by another run, or holding another study), always
+that is a file, unwritable, in use by another run, or holding another study, a link or a
+file in the way inside it, an environment's missing optional dependency), always
 detected before any work starts, with a message naming the field and the allowed
 values; 1 our failure during the work, reported with the exception's type, message and
 location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143
@@ -236,6 +241,23 @@ def _in_config(args, error: ValueError) -> str:
     return text
 
 
+def check_environments(plan) -> None:
+    """Build every environment of the plan (cached for the run): one whose optional
+    dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
+    backend's package missing or too old) is the user's to install: UsageError naming it."""
+    for env in plan.envs:
+        try:
+            with _without_known_prints():
+                build.environment(env.make)
+        except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
+            backend = BACKENDS.get(env.path)
+            missing = backend_problem(backend) if backend is not None else None
+            if isinstance(e, RuntimeError) and missing is None:
+                raise
+            raise UsageError(f"environment {env.label} ({env.make}) cannot be made: a dependency is missing: "
+                             f"{missing or e}") from None
+
+
 def cmd_run(args) -> int:
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
@@ -260,6 +282,7 @@ def cmd_run(args) -> int:
     try:
         if not (args.memory_limit_gib > 0 and math.isfinite(args.memory_limit_gib)):
             raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {args.memory_limit_gib}")
+        check_environments(plan)
         with _without_known_prints():
             check(plan, args.memory_limit_gib)
     except ValueError as e:
@@ -345,6 +368,10 @@ def finished_units(args) -> tuple[StudyDir, list]:
 
 def cmd_plot(args) -> int:
     store, units = finished_units(args)
+    try:
+        store.check_plot_writable()  # a read-only directory, a link or a file in the way: before any figure
+    except ValueError as e:
+        raise UsageError(e) from None
     paths = plots.plot(store.path, units)
     print(Path(paths["results"]).read_text())
     for name, path in paths.items():
@@ -355,23 +382,22 @@ def cmd_plot(args) -> int:
 def cmd_export(args) -> int:
     store, units = finished_units(args)
     out = Path(args.out) if args.out else store.path / "export"
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory")
     if "parquet" in args.format and export.pyarrow is None:
         raise UsageError('--format parquet needs pyarrow, which is not installed: pip install "hcjax[export]"')
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".hcjax-write-probe"
-        probe.touch(exist_ok=True)
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"--out {out} cannot be written: {e.strerror}") from None
+    try:  # the default, DIR/export, is inside the study: no link planted there is followed
+        check_writable_dir(out, "--out", root=None if args.out else store.path)
+    except ValueError as e:
+        raise UsageError(e) from None
     for path in export.write(units, out, args.format):
         print(path)
     return 0
 
 
 def cmd_bench(args) -> int:
+    try:
+        check_writable_dir(args.out, "--out")  # a file or an unwritable place: before any benchmark
+    except ValueError as e:
+        raise UsageError(e) from None
     report = bench_scripts.run(Path(args.out), quick=args.quick, scripts=args.only or bench_scripts.SCRIPTS)
     print(f"bench report: {report['paths']['json']}, {report['paths']['markdown']}")
     return 0 if all(r["status"] in ("ok", "missing") for r in report["benchmarks"].values()) else 1

@@ -41,6 +41,7 @@ from experiments.reporting.views import (
     quartiles,
     study_scores,
 )
+from experiments.study.files import safe_name
 from experiments.study.methods import color, label
 from experiments.study.store import (
     StudyDir,
@@ -157,11 +158,12 @@ def _log_limits(x: np.ndarray) -> tuple[float, float]:
 def _save(fig, path, plt) -> Path:
     """Save a figure atomically as PNG with deterministic bytes: the metadata that would
     change between machines or versions (matplotlib's 'Software' version string) is left
-    out; Agg writes no timestamp."""
+    out; Agg writes no timestamp. Never through a link in the study directory (the
+    figure's grandparent: OUT/figures/NAME.png)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), root=Path(path).parent.parent)
     return Path(path)
 
 
@@ -313,11 +315,14 @@ def report(out: Path, texts: dict[str, str], paths: dict[str, Path]) -> str:
 
 def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: int = ST.REPS,
          seed: int = 0) -> dict[str, Path]:
-    """Write every figure and table of a study directory; returns name -> path.
+    """Write every figure and table of a study directory; returns name -> path. Every
+    path lies inside `out` (file names from a unit's meta are made safe, see
+    files.safe_name) and nothing is written through a link planted there.
     units: the directory's units when the caller has loaded them already (else read here);
     reps, seed: bootstrap replicates and seed of the aggregate statistics."""
     out = Path(out)
     store = StudyDir(out)
+    store.check_plot_writable()
     units = store.units() if units is None else units
     if not units:
         raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
@@ -325,14 +330,14 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
     for u in units:
         if u.lineage_iteration.size:
-            name = f"lineage_{unit_name(u.meta['env'], u.meta['method'])}"
+            name = safe_name(f"lineage_{unit_name(u.meta['env'], u.meta['method'])}")  # whatever meta says
             paths[name] = figure_lineage(u, out / "figures" / f"{name}.png")
     paths["aggregate_json"] = out / "tables" / "aggregate.json"
-    atomic_write_text(paths["aggregate_json"], tables.aggregate_json(summary))
+    atomic_write_text(paths["aggregate_json"], tables.aggregate_json(summary), root=out)
     texts = {name: write(units, summary) for name, write in TABLES.items()}
     for name, text in texts.items():
         paths[name] = out / "tables" / f"{name}.md"
-        atomic_write_text(paths[name], text)
+        atomic_write_text(paths[name], text, root=out)
     paths["report"] = out / "report.md"
-    atomic_write_text(paths["report"], report(out, texts, paths))
+    atomic_write_text(paths["report"], report(out, texts, paths), root=out)
     return paths

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from experiments.study import validate
 from experiments.study.devices import to_host
 from experiments.study.store import StudyDir
 
@@ -105,14 +106,17 @@ class Checkpoint:
     def load(self, like) -> tuple[list[np.ndarray], Record] | None:
         """(state leaves, Record) of a checkpoint matching `like` (a pytree of
         ShapeDtypeStructs of the state) and this unit's config key; None otherwise
-        (a mismatching checkpoint is moved aside)."""
+        (a mismatching or inconsistent checkpoint is moved aside, with a line naming it).
+        Before anything is decompressed its size is bounded by the state's and
+        validate.MAX_RECORD_BYTES; the record is checked (`validate.record_problem`)."""
         if self.store is None:
             return None
-        arrays = self.store.load_checkpoint(self.env, self.method, log=self.log)
+        want = jax.tree.leaves(like)
+        limit = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in want) + validate.MAX_RECORD_BYTES
+        arrays = self.store.load_checkpoint(self.env, self.method, log=self.log, limit=limit)
         if arrays is None:
             return None
         leaves = [arrays[k] for k in sorted(k for k in arrays if k.startswith("state/"))]
-        want = jax.tree.leaves(like)
         fits = str(arrays.get("config_key")) == self.key and len(leaves) == len(want) and all(
             a.shape == w.shape and a.dtype == w.dtype for a, w in zip(leaves, want))
         if not fits:
@@ -120,7 +124,15 @@ class Checkpoint:
             if self.write:
                 self.log(f"{path}: a checkpoint of another configuration; moved to {self.store.quarantine(path)}")
             return None
-        record = Record.from_arrays({k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")})
+        record_arrays = {k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")}
+        problem = validate.record_problem(record_arrays)
+        if problem:
+            path = self.store.checkpoint_path(self.env, self.method)
+            if self.write:
+                self.log(f"warning: {path}: inconsistent checkpoint ({problem}); moved to "
+                         f"{self.store.quarantine(path)}, the unit starts over")
+            return None
+        record = Record.from_arrays(record_arrays)
         if self.write:
             self.log(f"resume {self.env} / {self.method} from its checkpoint after iteration {record.done}")
         return leaves, record

@@ -16,7 +16,10 @@ ask it, neither spells a path):
 
 Every write goes to a temporary file in the same directory, is fsynced and then
 `os.replace`d onto its name, so a file is either absent or complete; files get the
-user's umask (0644 typically). One writer per directory: `StudyDir.lock()` holds an
+user's umask (0644 typically). Nothing is written through a link planted in the
+directory (`check_layout` before any work, and `experiments.study.files` for every
+write). Units and checkpoints are validated when read (`experiments.study.validate`).
+One writer per directory: `StudyDir.lock()` holds an
 exclusive lock (filelock) for the whole run, and a second run on the same directory
 fails at once naming the process that holds it.
 
@@ -39,7 +42,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,15 @@ import filelock
 import numpy as np
 
 from experiments import deps
+from experiments.study import validate
+from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of this module's API
+    PlantedLink,
+    append_text,
+    atomic_write_bytes,
+    atomic_write_text,
+    check_writable_dir,
+    make_dir,
+)
 from experiments.study.plan import jsonable, study_key
 
 FORMAT = 1
@@ -103,38 +114,6 @@ def unit_name(env: str, method: str) -> str:
     return f"{safe}__{method}"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` atomically (temp file in the same directory, fsync,
-    os.replace), with the mode a plain `open` would give (0666 minus the umask)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
-
-
 def unit_bytes(result: UnitResult) -> bytes:
     """The .npz bytes of a unit (arrays + meta as JSON)."""
     arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name != "meta"}
@@ -145,16 +124,24 @@ def unit_bytes(result: UnitResult) -> bytes:
 
 
 def load_unit(path: str | os.PathLike) -> UnitResult:
-    """Read one unit file; raises CorruptFile naming it when it cannot be read."""
+    """Read one unit file; raises CorruptFile naming it when it cannot be read or is
+    inconsistent. Before anything is decompressed its members' headers are checked
+    (total size within validate.MAX_UNIT_BYTES, shapes consistent with each other, see
+    `validate.unit_shapes`); after loading, its values (`validate.unit_problem`)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
-                      if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
-            meta = json.loads(str(z["meta"]))
-        if not isinstance(meta, dict) or "env" not in meta or "method" not in meta:
-            raise ValueError("its meta lacks env/method")
+        problem = validate.unit_shapes(validate.npz_headers(path, validate.MAX_UNIT_BYTES))
+        if problem is None:
+            with np.load(path, allow_pickle=False) as z:
+                fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
+                          if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
+                present = {k: v for k, v in fields.items() if k in z.files}
+                present["meta"] = np.asarray(z["meta"])
+            meta = json.loads(str(present["meta"]))
+            problem = validate.unit_problem(present, meta)
     except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
         raise CorruptFile(f"{path}: unreadable unit file ({type(e).__name__}: {e})") from e
+    if problem:
+        raise CorruptFile(f"{path}: inconsistent unit file ({problem})")
     return UnitResult(meta=meta, **fields)
 
 
@@ -214,26 +201,44 @@ class StudyDir:
         return self.path / self.CHECKPOINTS / f"{unit_name(env, method)}.npz"
 
     # -- checks before any work --
+    def check_layout(self, entries: tuple[str, ...] | None = None) -> None:
+        """ValueError naming the first of `entries` (default: every entry hcjax writes, see
+        LAYOUT) that is a symbolic link, or a file where a directory belongs or the reverse;
+        links are refused under tensorboard/ too (see experiments.study.files)."""
+        for name in entries or tuple(LAYOUT):
+            p = self.path / name
+            if p.is_symlink():
+                raise PlantedLink(f"{p} is a symbolic link: hcjax does not write through links inside a study "
+                                  f"directory (they could point anywhere); remove it (a real "
+                                  f"{'directory' if LAYOUT[name] else 'file'} is fine)")
+            if LAYOUT[name] and p.exists() and not p.is_dir():
+                raise ValueError(f"{p} is a file, but hcjax keeps a directory there ({name}/); move it aside")
+            if not LAYOUT[name] and p.is_dir():
+                raise ValueError(f"{p} is a directory, but hcjax keeps a file there ({name}); move it aside")
+        if "tensorboard" in (entries or LAYOUT) and (self.path / "tensorboard").is_dir():
+            for p in sorted((self.path / "tensorboard").glob("*")) + sorted((self.path / "tensorboard").glob("*/*")):
+                if p.is_symlink():
+                    raise PlantedLink(f"{p} is a symbolic link: hcjax does not write through links inside a study "
+                                      f"directory (they could point anywhere); remove it")
+
     def check_writable(self) -> None:
-        """ValueError when the directory cannot be created or written (named, with why)."""
-        p = self.path
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"--out {p} is an existing file, not a directory; choose another --out")
-        try:
-            p.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ValueError(f"--out {p} cannot be created: {e.strerror or e}") from None
-        probe = p / f".write-test-{os.getpid()}"
-        try:
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as e:
-            raise ValueError(f"--out {p} is not writable: {e.strerror or e}") from None
+        """ValueError when the directory cannot be created or written, or an entry hcjax
+        writes is a link or of the wrong kind (named, with why)."""
+        check_writable_dir(self.path, "--out")
+        self.check_layout()
+
+    def check_plot_writable(self) -> None:
+        """ValueError naming the path when `hcjax plot` could not write its figures and tables
+        here: a read-only or unwritable directory, a link or a file in the way."""
+        self.check_layout(("figures", "tables", "report.md"))
+        for p in (self.path, self.path / "figures", self.path / "tables"):
+            if p.is_dir():
+                check_writable_dir(p, "study directory" if p == self.path else "directory", root=self.path)
 
     @contextlib.contextmanager
     def lock(self):
         """Hold the directory's exclusive lock; StudyBusy naming the holder if taken."""
-        self.check_writable()
+        self.check_writable()  # a .lock that is a link is refused there: filelock would truncate its target
         lock = filelock.FileLock(str(self.path / self.LOCK), timeout=0)
         try:
             lock.acquire()
@@ -243,7 +248,7 @@ class StudyDir:
         owner = self.path / self.OWNER
         try:
             atomic_write_text(owner, json.dumps({"pid": os.getpid(), "host": platform.node(), "argv": sys.argv,
-                                                 "started": _now()}))
+                                                 "started": _now()}), root=self.path)
             yield self
         finally:
             owner.unlink(missing_ok=True)
@@ -308,14 +313,14 @@ class StudyDir:
                "devices": deps.devices(), **(extra or {})}
         manifest = {"format": FORMAT, "study_key": key, "study": study, "config": config, **run,
                     "runs": (previous.get("runs", []) if previous else []) + [run]}
-        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=jsonable))
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=jsonable), root=self.path)
         return manifest
 
     # -- units --
     def quarantine(self, path: Path) -> Path:
         """Move an unreadable file into units/corrupt/ (kept for inspection); returns its new path."""
         target = self.units_dir / self.CORRUPT / f"{path.name}.{datetime.datetime.now():%Y%m%dT%H%M%S}"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(target.parent, self.path)
         os.replace(path, target)
         return target
 
@@ -343,16 +348,19 @@ class StudyDir:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         path = self.checkpoint_path(env, method)
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, buf.getvalue(), root=self.path)
         return path
 
-    def load_checkpoint(self, env: str, method: str, log: Callable[[str], None] = print) -> dict | None:
-        """The unit's checkpoint arrays, None if there is none; an unreadable one is moved
-        aside (units/corrupt/) and None returned."""
+    def load_checkpoint(self, env: str, method: str, log: Callable[[str], None] = print,
+                        limit: int | None = None) -> dict | None:
+        """The unit's checkpoint arrays, None if there is none; an unreadable one, or one whose
+        arrays would take more than `limit` bytes uncompressed (checked before decompressing),
+        is moved aside (units/corrupt/) and None returned."""
         path = self.checkpoint_path(env, method)
         if not path.exists():
             return None
         try:
+            validate.npz_headers(path, limit)
             with np.load(path, allow_pickle=False) as z:
                 return {k: np.asarray(z[k]) for k in z.files}
         except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
@@ -370,7 +378,7 @@ class StudyDir:
     def save_unit(self, result: UnitResult) -> Path:
         """Write one unit atomically; returns its path."""
         path = self.unit_path(result.meta["env"], result.meta["method"])
-        atomic_write_bytes(path, unit_bytes(result))
+        atomic_write_bytes(path, unit_bytes(result), root=self.path)
         return path
 
     def units(self, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
@@ -379,12 +387,7 @@ class StudyDir:
         warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
         if not self.units_dir.is_dir():
             return []
-        units = []
-        for path in sorted(self.units_dir.glob("*.npz")):
-            try:
-                units.append(load_unit(path))
-            except CorruptFile as e:
-                warn(f"{e}; skipped")
+        units = _named_units(sorted(self.units_dir.glob("*.npz")), warn)
         manifest = self.read_manifest()
         keys = {}
         for u in units:
@@ -404,9 +407,45 @@ class StudyDir:
         return sorted(units, key=lambda u: order.get((u.meta["env"], u.meta["method"]), len(order)))
 
     def log(self, line: str) -> None:
-        """Append a timestamped line to run.log."""
-        with open(self.log_path, "a") as f:
-            f.write(f"{_now()} {line}\n")
+        """Append a timestamped line to run.log (never through a link: OSError)."""
+        append_text(self.log_path, f"{_now()} {line}\n")
+
+
+# What hcjax writes in a study directory: entry -> whether it is a directory.
+LAYOUT = {"manifest.json": False, "units": True, "units/corrupt": True, "checkpoints": True, "run.log": False,
+          ".lock": False, ".lock.owner": False, "figures": True, "tables": True, "report.md": False,
+          "tensorboard": True, "export": True}
+
+
+def _named_units(paths: list[Path], warn: Callable[[str], None]) -> list[UnitResult]:
+    """The readable units of `paths`, each once: an unreadable or inconsistent file is
+    skipped with a warning naming it; a file not named after what it holds (copied from
+    another unit's name) is named in a warning, and skipped when another file holds the
+    same unit (the one of the right name is kept)."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append((path, load_unit(path)))
+        except CorruptFile as e:
+            warn(f"{e}; skipped")
+    def key(u):
+        return u.meta["env"], u.meta["method"]
+
+    proper = {key(u) for p, u in loaded if p.name == f"{unit_name(*key(u))}.npz"}
+    units, seen = [], set()
+    for path, u in loaded:
+        expected = f"{unit_name(*key(u))}.npz"
+        if path.name != expected:
+            env, method = key(u)
+            if key(u) in proper or key(u) in seen:
+                warn(f"{path} holds the unit {env} / {method}, whose file is {expected}, which another file holds "
+                     f"too; skipped")
+                continue
+            warn(f"{path} holds the unit {env} / {method}, whose file is {expected}: rename it (a run does not "
+                 f"see it under this name)")
+        seen.add(key(u))
+        units.append(u)
+    return units
 
 
 def _now() -> str:

@@ -1,0 +1,131 @@
+"""Writing files without following links planted in a study directory.
+
+The rule (docs/studies.md, "What happens when things go wrong"): hcjax never writes
+through a symbolic link inside a study directory. The entries it writes (units/,
+checkpoints/, figures/, tables/, tensorboard/, export/, run.log, .lock, ...) are checked
+before any work (`StudyDir.check_layout`: a link, or a file where a directory belongs or
+the reverse, is the user's mistake, exit 2 naming the entry), and the writes themselves
+do not follow links either, so a link planted while a run is going cannot redirect one:
+
+- a new file is created exclusively (`tempfile.mkstemp`: O_CREAT | O_EXCL, which never
+  follows a link), written, fsynced and `os.replace`d onto its name (a rename replaces a
+  link at the final name rather than writing through it);
+- with `root` given, every directory between `root` and the file is checked not to be a
+  link before the temporary file is made there;
+- appended files (run.log) are opened with O_NOFOLLOW;
+- the probe that checks a directory is writable is an exclusively created temporary file.
+
+The study directory itself (`--out`) may be a link: it is what the user named.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
+
+
+class PlantedLink(ValueError):
+    """A symbolic link where hcjax writes inside a study directory."""
+
+
+def safe_name(text: str) -> str:
+    """`text` as one file name: every character but letters, digits, '-', '_' and '.'
+    becomes '_', and a name of dots only (., ..) or an empty one becomes '_' too."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    return "_" if not name.strip(".") else name
+
+
+def no_links_below(root: str | os.PathLike, path: str | os.PathLike) -> None:
+    """PlantedLink naming the first existing component of `path` below `root` that is a
+    symbolic link (`root` itself may be one); ValueError if `path` is not below `root`."""
+    root, path = Path(root), Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise ValueError(f"{path} lies outside the study directory {root}") from None
+    if ".." in parts:
+        raise ValueError(f"{path} lies outside the study directory {root}")
+    current = root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            raise PlantedLink(f"{current} is a symbolic link: hcjax does not write through links inside a study "
+                              f"directory (they could point anywhere); remove it (a real file or directory is fine)")
+
+
+def make_dir(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """mkdir -p `path`; with `root`, refusing links between `root` and `path` (before and after)."""
+    path = Path(path)
+    if root is not None:
+        no_links_below(root, path)
+    path.mkdir(parents=True, exist_ok=True)
+    if root is not None:
+        no_links_below(root, path)
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.PathLike | None = None) -> None:
+    """Write `data` to `path` atomically (an exclusively created temp file in the same
+    directory, fsync, os.replace), with the mode a plain `open` would give (0666 minus the
+    umask). root: the study directory `path` lies in; no directory between them may be a link."""
+    path = Path(path)
+    make_dir(path.parent, root)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLike | None = None) -> None:
+    atomic_write_bytes(path, text.encode(), root)
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Append `text` to `path` (created if absent); OSError (ELOOP) if `path` is a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    with os.fdopen(fd, "a") as f:
+        f.write(text)
+
+
+def probe_writable(directory: str | os.PathLike) -> None:
+    """OSError unless a file can be created in `directory` (an exclusively created
+    temporary file, removed at once: no link in the directory is followed)."""
+    fd, tmp = tempfile.mkstemp(prefix=".write-test-", dir=directory)
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_writable_dir(path: str | os.PathLike, what: str, root: str | os.PathLike | None = None) -> Path:
+    """Create `path` if needed and check a file can be written there; ValueError naming
+    it (with `what`, e.g. '--out') and why otherwise. root: as in `make_dir`."""
+    path = Path(path)
+    if root is not None:
+        no_links_below(root, path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is an existing file, not a directory; choose another {what}")
+    try:
+        make_dir(path, root)
+    except OSError as e:
+        raise ValueError(f"{what} {path} cannot be created: {e.strerror or e}") from None
+    try:
+        probe_writable(path)
+    except OSError as e:
+        raise ValueError(f"{what} {path} is not writable: {e.strerror or e}") from None
+    return path
