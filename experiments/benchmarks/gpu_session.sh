@@ -4,7 +4,8 @@
 # time cap, every output under $OUT. A capped study resumes on the next call.
 #   PRESET (default gpu), STUDY_CAP / BENCH_CAP: seconds for the study and `hcjax bench --quick`;
 #   BENCH_ONLY: a list of bench scripts (default all); TESTS_CAP: seconds for the tests that
-#   need the device (HostTuner's state on the GPU).
+#   need the device (HostTuner's state on the GPU); HOST_CAP: the HostTuner rows, timed first;
+#   PLOT=1: also draw the study's figures there (by default they are drawn afterwards).
 #   Run from the repository root: OUT=/some/dir bash experiments/benchmarks/gpu_session.sh
 set -u
 OUT=${OUT:?set OUT}
@@ -28,6 +29,11 @@ timeout -s INT -k 10 "${TESTS_CAP:-90}" python3 -m pytest -q -p no:cacheprovider
   -k "accelerator or device" > "$OUT/device_tests.log" 2>&1
 stamp "device tests exit $?: $(tail -1 "$OUT/device_tests.log")"
 
+stamp "HostTuner rows (cap ${HOST_CAP:-60} s)"
+timeout -s INT -k 10 "${HOST_CAP:-60}" python3 -m experiments.benchmarks.bench_tuners --host-only --quick \
+  --out "$OUT/bench_host.json" > "$OUT/bench_host.log" 2>&1
+stamp "HostTuner rows exit $?"
+
 stamp "bench --quick (cap $BENCH_CAP s)"
 timeout -s INT -k 10 "$BENCH_CAP" python3 -m experiments bench --quick ${BENCH_ONLY:+--only $BENCH_ONLY} \
   --out "$OUT/bench" > "$OUT/bench.log" 2>&1
@@ -37,6 +43,8 @@ stamp "preset $PRESET (cap $STUDY_CAP s)"
 timeout -s INT -k 20 "$STUDY_CAP" python3 -m experiments run --preset "$PRESET" --no-progress --out "$OUT/study" \
   > "$OUT/study.log" 2>&1
 stamp "study exit $?"
-python3 -m experiments plot "$OUT/study" > "$OUT/plot.log" 2>&1; stamp "plot exit $?"
+if [ -n "${PLOT:-}" ]; then  # `hcjax plot` redraws the same bytes on any machine: skipped on the device by default
+  python3 -m experiments plot "$OUT/study" > "$OUT/plot.log" 2>&1; stamp "plot exit $?"
+fi
 rm -f "$OUT/study/.lock" "$OUT/study/.lock.owner"
 stamp "done"
