@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU standing list (see docs/benchmarks.md) as one device call: install the carried
 # wheels (.gpu_wheels/, made by `pip download` for cp312), then each step under its own
-# time cap, every output under $OUT. A capped study resumes on the next call.
+# time cap, every output under $OUT (study/ and bench/ as study.tgz and bench.tgz). A capped
+# study resumes when its directory is brought back to the next call.
 #   PRESET (default gpu), STUDY_CAP / BENCH_CAP: seconds for the study and `hcjax bench --quick`;
 #   BENCH_ONLY: a list of bench scripts (default all); TESTS_CAP: seconds for the tests that
 #   need the device (HostTuner's state on the GPU); HOST_CAP: the HostTuner rows, timed first;
@@ -47,4 +48,8 @@ if [ -n "${PLOT:-}" ]; then  # `hcjax plot` redraws the same bytes on any machin
   python3 -m experiments plot "$OUT/study" > "$OUT/plot.log" 2>&1; stamp "plot exit $?"
 fi
 rm -f "$OUT/study/.lock" "$OUT/study/.lock.owner"
+# the device tool returns at most 16 files of a folder: one archive per directory
+for d in study bench; do
+  [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tgz" -C "$OUT" "$d" && rm -rf "${OUT:?}/$d"
+done
 stamp "done"
