@@ -260,3 +260,27 @@ def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     assert "skip gymnasium/RelStudySteady-v0 / fixed" in err and "done gymnasium/RelStudyFlaky-v0 / fixed" in err
     assert good.read_bytes() == before
     assert {u.meta["env"] for u in store.units()} == {"gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0"}
+
+
+def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
+            "--out", str(out), "--no-progress", "--no-plot"]
+    store = R.StudyDir(out)
+    checkpoint = store.checkpoint_path("CartPole-v1", "pbt")
+
+    def crash(*args, **kwargs):  # a failure after the training, as the KeyError of issue 17 was
+        raise KeyError("lineage_iteration")
+
+    monkeypatch.setattr(engine, "measure_population_time", crash)
+    code, _, err = run_cli(args, capsys)
+    assert code == 1 and "FAILED CartPole-v1 / pbt: KeyError" in err
+    assert checkpoint.exists(), "kept: the next run resumes from it"
+    code, _, err = run_cli(args, capsys)
+    assert code == 1 and "resume CartPole-v1 / pbt from its checkpoint after iteration 2" in err
+    assert "the next run starts this unit over" in err and not checkpoint.exists()
+    monkeypatch.undo()
+    code, _, err = run_cli(args, capsys)
+    assert code == 0 and "resume" not in err and "done CartPole-v1 / pbt" in err
+    (unit,) = store.units()
+    assert unit.train_reward.shape == (2, 2)
