@@ -320,7 +320,9 @@ def _run_locked(args, plan, store, writer: bool) -> int:
         log(f"hcjax run: {failed} of {len(plan.units)} units failed (the others finished or were already there):")
         for f in failures:
             log(f"  {f}")
-        log(f"full tracebacks: {store.log_path}. Run the same command again to retry only the failed units.")
+        for f in failures:
+            _report_failure(f.error, store.log_path)
+        log("Run the same command again to retry only the failed units (the finished ones are kept).")
         return 1
     return 0
 

@@ -251,6 +251,8 @@ def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     cause = "gymnasium/RelStudyFlaky-v0 / fixed: RuntimeError: the simulator lost its contact solver"
     assert f"FAILED {cause}" in err and "1 of 2 units failed" in err and f"  {cause}" in err
     assert "retry only the failed units" in err
+    assert "hcjax: failed: RuntimeError: the simulator lost its contact solver at " in err and "in step" in err
+    assert f"full traceback: {store.log_path}" in err
     log = store.log_path.read_text()
     assert f"FAILED {cause}" in log and "Traceback" in log and "in step" in log
     before = good.read_bytes()
