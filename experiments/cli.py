@@ -312,9 +312,10 @@ def _run_locked(args, plan, store, writer: bool) -> int:
         f"{p.iterations} iterations -> {store.path}")
     for e in plan.envs:
         log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
+    failures: list[engine.UnitFailure] = []
     try:
         engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log,
-                   memory_limit_gib=args.memory_limit_gib, tensorboard=args.tensorboard)
+                   memory_limit_gib=args.memory_limit_gib, tensorboard=args.tensorboard, failures=failures)
     except (KeyboardInterrupt, Terminated) as e:
         done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
         what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"
@@ -327,16 +328,25 @@ def _run_locked(args, plan, store, writer: bool) -> int:
         _report_failure(e, store.log_path if writer else None)
         return 1
     if not writer:  # only process 0 writes and reports
-        return 0
+        return 1 if failures else 0
     units = store.units()
     if not units:
         print(f"no finished units in {store.units_dir}", flush=True)
-        return 0
-    print(tables.summary(units), flush=True)
-    if not args.no_plot:
-        paths = plots.plot(store.path, units)
-        print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
-        print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
+    else:
+        print(tables.summary(units), flush=True)
+        if not args.no_plot:
+            paths = plots.plot(store.path, units)
+            print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
+            print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
+    if failures:
+        failed = sum(len(f.methods) for f in failures)
+        log(f"hcjax run: {failed} of {len(plan.units)} units failed (the others finished or were already there):")
+        for f in failures:
+            log(f"  {f}")
+        for f in failures:
+            _report_failure(f.error, store.log_path)
+        log("Run the same command again to retry only the failed units (the finished ones are kept).")
+        return 1
     return 0
 
 

@@ -10,8 +10,10 @@ host CPU (`replay`), and the unit is saved to the study directory (`store`).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from experiments.study.plan import (
     unit_groups,
     unit_keys,
 )
-from experiments.study.presets import EnvChoice, Plan
+from experiments.study.presets import EnvChoice, Plan, check_unit_names
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
@@ -86,6 +88,9 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
                            checkpoint=checkpoint, which=which if M > 1 else None, population=population,
                            on_record=on_record)
+    if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
+        out.update(lineage_iteration=np.zeros(0, np.int32), lineage_parent=np.zeros((len(ids), 0), np.int32),
+                   lineage_objective=np.zeros((len(ids), 0), np.float32))
     train_seconds = float(out["train_seconds"])
     results = []
     for m, (method, sub) in enumerate(zip(methods, tuners)):
@@ -133,6 +138,9 @@ def prepare(plan: Plan, store: StudyDir,
     study = study_config(plan)
     skey = config_key(study)
     store.check_study(study, skey)
+    old = ((store.read_manifest() or {}).get("config") or {}).get("env_choices") or []
+    check_unit_names([e.label for e in plan.envs],
+                     [e["label"] for e in old if isinstance(e, dict) and isinstance(e.get("label"), str)])
     keys = unit_keys(plan)
     # finished: raises on a conflict, quarantines corrupt files
     done = {unit for unit, key in keys.items() if store.finished(*unit, key, log=log)}
@@ -140,13 +148,49 @@ def prepare(plan: Plan, store: StudyDir,
     return keys, done
 
 
+@dataclasses.dataclass
+class UnitFailure:
+    """A unit group that raised: its environment label, its methods and the exception."""
+
+    env: str
+    methods: list[str]
+    error: Exception
+
+    def __str__(self) -> str:
+        where = "+".join(self.methods)
+        return f"{self.env} / {where}: {type(self.error).__name__}: {self.error}"
+
+
+class _Tracked(Checkpoint):
+    """A Checkpoint that remembers whether it resumed and how often it saved."""
+
+    resumed, saves = False, 0
+
+    def load(self, like):
+        loaded = super().load(like)
+        self.resumed = loaded is not None
+        return loaded
+
+    def save(self, state, record) -> None:
+        super().save(state, record)
+        self.saves += 1
+
+
 def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished: set[tuple[str, str]] | None,
         progress: bool = True, log: Callable[[str], None] | None = None,
-        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, tensorboard: bool = False) -> list[Path]:
+        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, tensorboard: bool = False,
+        failures: list[UnitFailure] | None = None) -> list[Path]:
     """Run every unit of `plan` not already finished in `store` (`finished`, from
     `prepare`; None: looked up in `store`, as processes other than 0 do); returns the
     unit files. Only process 0 writes (under jax.distributed). tensorboard: live scalars
-    under OUT/tensorboard/ (process 0)."""
+    under OUT/tensorboard/ (process 0).
+
+    failures: None, a unit's exception propagates; a list, a unit group that raises (an
+    environment that raises, a non-finite state, ...) is appended to it as a UnitFailure,
+    logged with its cause (the traceback appended to run.log), and the other units run.
+    A failed unit's checkpoint is kept, so that the next run resumes it, unless the unit
+    failed again after resuming from it without saving a new segment: then it is moved
+    aside and the next run starts the unit over (a rerun never loops on one crash)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     writer = jax.process_index() == 0
     progress = progress and writer
@@ -167,12 +211,20 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
             if not pending:
                 continue
             group_key = config_key([keys[(env.label, m)] for m in pending])
-            checkpoint = Checkpoint(store, env.label, "+".join(pending), group_key, log, write=writer)
-            with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress, position=1,
-                          leave=False) as inner:
-                results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
-                                    on_segment=inner.update, memory_limit_gib=memory_limit_gib, checkpoint=checkpoint,
-                                    tensorboard=store.path / "tensorboard" if tensorboard and writer else None)
+            checkpoint = _Tracked(store, env.label, "+".join(pending), group_key, log, write=writer)
+            try:
+                with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress,
+                              position=1, leave=False) as inner:
+                    results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
+                                        on_segment=inner.update, memory_limit_gib=memory_limit_gib,
+                                        checkpoint=checkpoint,
+                                        tensorboard=store.path / "tensorboard" if tensorboard and writer else None)
+            except Exception as e:
+                if failures is None:
+                    raise
+                failures.append(_failed(UnitFailure(env.label, list(pending), e), store, checkpoint, log, writer))
+                bar.update(len(pending), note=f"{env.label} / {'+'.join(pending)} failed")
+                continue
             for result in results:
                 result.meta["study_key"] = study_key
                 if writer:
@@ -182,3 +234,16 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                 bar.update(1, note=f"{env.label} / {result.meta['method']}")
             checkpoint.remove()
     return paths
+
+
+def _failed(failure: UnitFailure, store: StudyDir, checkpoint: _Tracked, log: Callable[[str], None],
+            writer: bool) -> UnitFailure:
+    """Log a failed unit group with its cause and decide its checkpoint's fate (see `run`)."""
+    log(f"FAILED {failure}")
+    if writer:
+        store.log("".join(traceback.format_exception(failure.error)))
+        path = store.checkpoint_path(failure.env, "+".join(failure.methods))
+        if checkpoint.resumed and checkpoint.saves == 0 and path.exists():
+            log(f"{failure.env} / {'+'.join(failure.methods)} failed again after resuming from {path} without a "
+                f"new segment; moved it to {store.quarantine(path)}: the next run starts this unit over")
+    return failure

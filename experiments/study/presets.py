@@ -28,13 +28,18 @@ stepped on the host (the paper's environment, slower). Any other name is looked 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study.methods import ALL_METHODS, METHODS
+from experiments.study.store import unit_name
 from hcjax import Hyperparameter, Space, ppo_space
 
+# A study's name names its default directory (runs/<name>): one plain path component.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+NAME_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit (it names runs/<name>)"
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
 
 
@@ -324,6 +329,8 @@ def _names(field: str, given: Sequence[str], allowed: Sequence[str] | None = Non
 
 
 def _positive(field: str, value) -> int:
+    if value is None:
+        raise ValueError(f"{field} is not set: give `{field} = N` in the study file or --{field} N (an integer >= 1)")
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{field} must be a positive integer (>= 1), got {value!r}")
     return value
@@ -353,6 +360,8 @@ def check_space(entries) -> tuple[dict, ...]:
             params.append(Hyperparameter(**entry))
         except TypeError as e:
             raise ValueError(f"space[{i}] {entry}: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"space[{i}]: {e}") from None
     Space(params)
     return entries
 
@@ -381,6 +390,8 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if space is not None:
         changes["space"] = tuple(space)
     p = dataclasses.replace(preset, **changes)
+    if not isinstance(p.name, str) or not NAME.fullmatch(p.name):
+        raise ValueError(f"name must be {NAME_RULE}; got {p.name!r}")
     _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
     _positive("seeds", p.seeds)
@@ -392,8 +403,23 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if unknown:
         raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; "
                          f"envs: {', '.join(p.envs)}")
+    check_unit_names(p.envs)
     choices = tuple(choose_env(e, p) for e in p.envs)
     labels = [c.label for c in choices]
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
     return Plan(preset=p, envs=choices)
+
+
+def check_unit_names(labels: Sequence[str], existing: Sequence[str] = ()) -> None:
+    """ValueError naming both labels when two environment labels (of `labels`, or one of
+    them and one of `existing`: a study directory's) would share unit files: a unit's file
+    is named after its label (`store.unit_name`), and file systems may ignore case."""
+    seen = {unit_name(label, "").casefold(): label for label in existing}
+    for label in labels:
+        other = seen.setdefault(unit_name(label, "").casefold(), label)
+        if other != label:
+            raise ValueError(f"envs {other!r} and {label!r} would share the unit files units/"
+                             f"{unit_name(label, 'METHOD')}.npz; every environment label needs its own file "
+                             f"name (letters, digits, '-', '_' and '.' are kept, other characters become '_', "
+                             f"case is ignored): rename one of them")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -109,9 +110,19 @@ class UnitResult:
 
 
 def unit_name(env: str, method: str) -> str:
-    """File stem of a unit: the env label made file-name safe, then the method."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
-    return f"{safe}__{method}"
+    """File stem of a unit, `<env>__<method>`: each part made one safe path component
+    (characters other than letters, digits, '-', '_' and '.' become '_'; a part over
+    80 characters is cut and ends with a hash of the whole). Plain labels keep their
+    names; labels that still share one (`a/b` and `a_b`, or differing only in case) are
+    refused before any work (`presets.resolve`, `engine.prepare`)."""
+    return f"{_safe_part(env)}__{_safe_part(method)}"
+
+
+def _safe_part(text: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    if len(safe) > 80:
+        safe = f"{safe[:63]}-{hashlib.sha256(str(text).encode()).hexdigest()[:16]}"
+    return safe
 
 
 def unit_bytes(result: UnitResult) -> bytes:

@@ -4,7 +4,9 @@
     hcjax presets --toml cpu > study.toml  # a shipped preset as a file to start from
 
 A study file holds the fields of `experiments.study.presets.Preset` (all optional except
-`envs` and `methods`; the rest default as in `Preset`):
+`envs` and `methods`; `seeds` and `iterations` may come from `--seeds` and `--iterations`
+instead; the rest default as in `Preset`: name the file's stem, eval_every 10,
+tune_every 5, the paper's four hyperparameters, no overrides, both flags false):
 
     name = "my-study"                  # default: the file's stem
     description = "..."
@@ -39,55 +41,101 @@ A study file holds the fields of `experiments.study.presets.Preset` (all optiona
     [env_ppo."CartPole-v1"]            # PPOConfig overrides for one environment
     objective = "return_change"
 
-Unknown keys raise ValueError naming them and the allowed keys; every value is then
-validated by `presets.resolve` like a shipped preset's. `dumps(preset)` writes the
+Unknown keys raise ValueError naming them and the allowed keys. Types are strict
+(booleans are TOML booleans, counts integers, names strings), lists and `name` must not be
+empty, and the file is bounded (a regular file of at most MAX_BYTES, tables and arrays
+nested at most MAX_DEPTH deep); every value is then validated by `presets.resolve` like a
+shipped preset's. `dumps(preset)` writes the
 same format (the inverse of `loads`), so `hcjax presets --toml NAME` round-trips.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.study.presets import Preset
+from experiments.study.presets import NAME, NAME_RULE, Preset
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Preset))
 HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default")
+MAX_BYTES = 1 << 20  # a study file is a few kilobytes; anything over a mebibyte is a mistake
+MAX_DEPTH = 8  # the deepest a study file needs is 3 (env_ppo.LABEL.hidden_sizes)
+COUNTS = ("seeds", "iterations", "eval_every", "tune_every")
+FLAGS = ("fast_compile", "fuse_methods")
 
 
 def load(path: str | Path) -> Preset:
-    """Read a study file; ValueError naming the file and the problem."""
+    """Read a study file; ValueError naming the file and the problem (also when it is not a
+    regular file or is over MAX_BYTES: nothing is read without bound)."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ValueError(f"--config {path}: cannot be read ({e.strerror or e})") from None
-    try:
-        return loads(text, default_name=path.stem)
+        text = _read_bounded(path)
+        return loads(text, default_name=safe_name(path.stem))
     except ValueError as e:
         raise ValueError(f"--config {path}: {e}") from None
 
 
+def _read_bounded(path: Path) -> str:
+    """The UTF-8 text of a regular file of at most MAX_BYTES (ValueError otherwise)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: a FIFO would block, /dev/zero never ends
+            raise ValueError("not a regular file; give a study file (TOML)")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES} bytes; a study file is a few kilobytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e})") from None
+
+
+def safe_name(text: str) -> str:
+    """`text` as a study name (NAME): other characters become '_', at most 100 of them."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip("._-")[:100]
+    return safe or "study"
+
+
 def loads(text: str, default_name: str = "study") -> Preset:
-    """A Preset from the text of a study file (not yet resolved: see presets.resolve)."""
+    """A Preset from the text of a study file (not yet resolved: see presets.resolve).
+    Omitted `seeds` and `iterations` are None (given on the command line, or refused by
+    presets.resolve); every other omission takes Preset's default."""
+    if len(text) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES} characters; a study file is a few kilobytes")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"not valid TOML: {e}") from None
+    except RecursionError:
+        raise ValueError(f"arrays or tables nested too deeply (at most {MAX_DEPTH} levels)") from None
+    _check_depth(data)
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; allowed: {', '.join(TOP_LEVEL)}")
     for key in ("envs", "methods"):
         if key not in data:
             raise ValueError(f"'{key}' is required (a list of names)")
-    fields: dict[str, Any] = {"name": default_name}
+    fields: dict[str, Any] = {"name": default_name, "seeds": None, "iterations": None}
     for key, value in data.items():
         if key in ("envs", "methods", "reductions"):
-            fields[key] = tuple(_strings(key, value))
+            fields[key] = tuple(_strings(key, value, empty=key == "reductions"))
         elif key == "space":
             fields[key] = tuple(_hyperparameter(i, entry) for i, entry in enumerate(_list(key, value)))
+        elif key == "name":
+            fields[key] = _name(value)
+        elif key == "description":
+            fields[key] = _string(key, value)
+        elif key in COUNTS:
+            fields[key] = _integer(key, value)
+        elif key in FLAGS:
+            fields[key] = _flag(key, value)
         elif key == "ppo":
             fields[key] = _ppo(key, value)
         elif key == "env_ppo":
@@ -101,17 +149,61 @@ def loads(text: str, default_name: str = "study") -> Preset:
     return Preset(**fields)
 
 
-def _list(field, value) -> list:
+def _check_depth(data) -> None:
+    """ValueError when tables and arrays nest deeper than MAX_DEPTH (checked without recursion)."""
+    pending = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"arrays or tables nested too deeply (at most {MAX_DEPTH} levels)")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        pending.extend((child, depth + 1) for child in children)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _list(field, value, empty: bool = False) -> list:
     if not isinstance(value, list):
-        raise ValueError(f"'{field}' must be a list, got {value!r}")
+        raise ValueError(f"'{field}' must be a list, got {_short(value)}")
+    if not value and not empty:
+        raise ValueError(f"'{field}' must not be empty (leave it out for the default)" if field == "space" else
+                         f"'{field}' must not be empty: give at least one")
     return value
 
 
-def _strings(field, value) -> list[str]:
-    items = _list(field, value)
+def _strings(field, value, empty: bool = False) -> list[str]:
+    items = _list(field, value, empty)
     if not all(isinstance(v, str) for v in items):
-        raise ValueError(f"'{field}' must be a list of strings, got {value!r}")
+        raise ValueError(f"'{field}' must be a list of strings, got {_short(value)}")
     return items
+
+
+def _string(field, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"'{field}' must be a string, got {_short(value)} ({type(value).__name__})")
+    return value
+
+
+def _name(value) -> str:
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ValueError(f"'name' must be a string of {NAME_RULE}; got {_short(value)}")
+    return value
+
+
+def _integer(field, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"'{field}' must be an integer >= 1 (a TOML integer, e.g. {field} = 10), "
+                         f"got {_short(value)} ({type(value).__name__})")
+    return value
+
+
+def _flag(field, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"'{field}' must be a boolean: true or false (unquoted), got {_short(value)}")
+    return value
 
 
 def _table(field, value) -> dict:
@@ -137,9 +229,11 @@ def _hyperparameter(i: int, entry) -> dict:
 
 def _path(label: str, entry) -> tuple[str, str]:
     entry = _table(f"paths.{label}", entry)
-    if set(entry) - {"make", "why"} or not isinstance(entry.get("make"), str):
-        raise ValueError(f"paths.{label} must be a table with 'make' (an environment name) and 'why', got {entry!r}")
-    return entry["make"], str(entry.get("why", ""))
+    if set(entry) - {"make", "why"} or not isinstance(entry.get("make"), str) \
+            or not isinstance(entry.get("why", ""), str):
+        raise ValueError(f"paths.{label} must be a table with 'make' (an environment name) and 'why' "
+                         f"(a string), got {_short(entry)}")
+    return entry["make"], entry.get("why", "")
 
 
 # ---- writing ---------------------------------------------------------------------------------
