@@ -4,6 +4,12 @@
     state = tuner.init(key)
     state, values = tuner.ask(state, key)
     state = tuner.tell(state, objective)
+    state, values = tuner.step(state, key, objective, decide)   # tell, then ask if decide
+
+Inside your own jitted training loop: `space.as_dict(values)` (values by name),
+`tuner.values(state)` (the configuration in effect), `hcjax.objectives` (what to tell)
+and `hcjax.optax.set_hyperparams` (hyperparameters of an optax optimiser); see
+docs/own-training-loop.md.
 
 Population-based training over the agent axis (`hcjax.population`):
 `pop = hcjax.make_population("pbt", space)`, `state, values = pop.init(key, n)`,
@@ -22,6 +28,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from hcjax import objectives, optax
 from hcjax.host import HostTuner
 from hcjax.population import Population, exploit, make_population, population_options, populations
 from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
@@ -29,5 +36,6 @@ from hcjax.tuner import Tuner
 from hcjax.tuners import available, make_tuner, options
 
 __all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "exploit", "make_population",
-           "make_tuner", "options", "population_options", "populations", "ppo_space", "unit_space"]
+           "make_tuner", "objectives", "optax", "options", "population_options", "populations", "ppo_space",
+           "unit_space"]
 __version__ = "0.1.0"

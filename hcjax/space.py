@@ -236,8 +236,19 @@ class Space:
         one configuration). Works under jit and vmap: the name is static."""
         return jnp.asarray(values)[..., self.index(name)]
 
+    def as_dict(self, values: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        """values (..., h) -> {name: (...,) array} in the space's order (0-d arrays for one
+        configuration). Works under jit and vmap (nothing leaves the device); for Python
+        floats outside jit use `names_to_values`."""
+        x = jnp.asarray(values)
+        if x.ndim < 1 or x.shape[-1] != self.h:
+            raise ValueError(f"Space.as_dict: values must have shape (..., h) = (..., {self.h}), one entry per "
+                             f"hyperparameter {list(self.names)}, got shape {tuple(x.shape)}")
+        return {name: x[..., i] for i, name in enumerate(self.names)}
+
     def names_to_values(self, values: Sequence[float] | np.ndarray) -> dict:
-        """(h,) values -> {name: float}, for logs and tables."""
+        """(h,) values -> {name: float}, for logs and tables (concrete values only: under
+        jit use `as_dict`)."""
         return {n: float(v) for n, v in zip(self.names, np.asarray(values))}
 
 

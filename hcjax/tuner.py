@@ -7,6 +7,8 @@ style of optax's `GradientTransformation`:
     state = tuner.init(key)                  # pytree of arrays only
     state, values = tuner.ask(state, key)    # values: (h,) float32, natural units, in bounds
     state = tuner.tell(state, objective)     # objective: scalar, higher is better
+    values = tuner.values(state)             # (h,) the configuration in effect now
+    state, values = tuner.step(state, key, objective, decide)   # tell, then ask if decide
 
 `tell` reports the objective of the configuration currently in effect (the last one
 `ask` returned; before the first `ask`, the one `init` chose). `tell` may be called
@@ -40,13 +42,26 @@ from hcjax.space import FLOAT32_MAX, Space, integer_scalar, real_scalar
 State = Any
 DEFAULT_MEMORY_LIMIT_GIB = 4.0
 GIB = 2 ** 30
+# `Tuner.step` asks with jax.random.fold_in(key, STEP_KEY_TAG): the caller may pass a key
+# it also uses for other draws (e.g. the update's own key) without correlating them.
+STEP_KEY_TAG = 0x68636A78
+
+
+def no_values(state: State) -> jax.Array:
+    """The `values` of a Tuner built without one: a ValueError when called."""
+    raise ValueError("this Tuner was built without a `values` function (Tuner(..., values=fn)); every tuner of "
+                     "hcjax.make_tuner has one")
 
 
 class Tuner(NamedTuple):
     """A hyperparameter tuner: static `name` and `space`, three pure functions, and
     `memory_bytes`: the estimated peak memory of one agent (int bytes: the state, the
     copy a jitted `ask`/`tell` returns, and the largest temporary of `ask`/`tell`,
-    e.g. the GP's kernel matrices). n vmapped agents need about n * memory_bytes."""
+    e.g. the GP's kernel matrices). n vmapped agents need about n * memory_bytes.
+
+    values(state) -> (h,) float32: the configuration in effect, the one `tell` reports
+    on (right after `init`: the one init drew; after an `ask`: the values it returned).
+    `step(state, key, objective, decide)`: tell, then ask on deciding iterations only."""
 
     name: str
     space: Space
@@ -54,6 +69,38 @@ class Tuner(NamedTuple):
     ask: Callable[[State, jax.Array], tuple[State, jax.Array]]
     tell: Callable[[State, jax.Array], State]
     memory_bytes: int
+    values: Callable[[State], jax.Array] = no_values
+
+    def step(self, state: State, key: jax.Array, objective, decide) -> tuple[State, jax.Array]:
+        """Tell `objective`, then ask only if `decide`: one call per training iteration.
+
+        state: this tuner's state; key: a PRNG key, one per iteration (the iteration's
+        own key is fine: the ask uses `jax.random.fold_in(key, STEP_KEY_TAG)`); objective:
+        scalar, higher is better, NaN to tell nothing useful (it is ignored and counted);
+        decide: a Python bool or a bool scalar array -> (state, values (h,) float32: the
+        configuration in effect for the next iteration, `values(state)`).
+
+        The same numbers as `state = tell(state, objective)` followed, when `decide`, by
+        `state, values = ask(state, fold_in(key, STEP_KEY_TAG))`, else `values(state)`.
+        A Python bool decides at trace time; an array runs `jax.lax.cond`. Under
+        `jax.vmap` keep `decide` unbatched (computed from the scan's iteration index,
+        not from per-agent data): the cond then survives batching and the ask runs on
+        deciding iterations only. A batched `decide` still gives the right numbers, but
+        vmap turns the cond into a select that computes every ask at every iteration.
+        """
+        state = self.tell(state, objective)
+        ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
+        if isinstance(decide, (bool, np.bool_)):
+            return self.ask(state, ask_key) if decide else (state, self.values(state))
+
+        def asked(s):
+            s, v = self.ask(s, ask_key)
+            return s, jnp.asarray(v, jnp.float32)
+
+        def kept(s):
+            return s, jnp.asarray(self.values(s), jnp.float32)
+
+        return jax.lax.cond(jnp.asarray(decide, bool), asked, kept, state)
 
 
 class Registry:

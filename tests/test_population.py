@@ -78,7 +78,7 @@ def ref_select(objectives, u_tie, u_donor, m):
 def test_registry_lists_methods_and_options():
     assert hcjax.populations() == ("hypercontroller_shared", "pb2_population", "pbt")
     assert hcjax.population_options("pbt") == {"quantile": 0.25, "resample_probability": 0.25,
-                                               "perturbation_factors": (0.8, 1.2)}
+                                               "perturbation_factors": (0.8, 1.2), "min_gap": None}
     assert set(hcjax.population_options("pb2_population")) == {"quantile", "buffer", "candidates", "fit_points"}
     assert hcjax.population_options("hypercontroller_shared") == {"d": 10, "s": 1, "ridge": 1.0, "beta": 0.0}
 

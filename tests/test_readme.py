@@ -15,7 +15,8 @@ CUSTOM_ENV = "class PointToTarget"
 HOST_TUNER = "HostTuner("
 POPULATION = 'make_population("pbt"'
 EXPORT = "export.write("
-MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT)
+OWN_LOOP_PPO = "class ActorCritic(nn.Module)"  # docs/own-training-loop.md, run by tests/test_own_loop_example.py
+MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO)
 
 
 def python_blocks() -> list[tuple[str, str]]:

@@ -17,6 +17,10 @@ hyperparameter independently,
   Tune does not clip). A linear value of exactly 0 stays 0 under any factor; only
   resampling moves it.
 
+With `min_gap` (a float >= 0; None by default, Ray Tune's rule) a valid agent is
+replaced only if its donor's objective exceeds its own by more than min_gap: with
+min_gap=0 ties never cause a copy (`hcjax.population.exploit.select`).
+
 Agents not replaced keep their values. Randomness: key -> (k_select, k_explore) =
 jax.random.split(key); k_explore -> (k_resample, k_factor, k_uniform) =
 jax.random.split(k_explore, 3); draws of shape (n, h) from each.
@@ -87,10 +91,14 @@ def perturb(space: Space, key: jax.Array, values: jax.Array, resample_probabilit
 
 @register_population("pbt")
 def pbt(space: Space, *, quantile: float = 0.25, resample_probability: float = 0.25,
-        perturbation_factors: tuple = (0.8, 1.2), memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Population:
+        perturbation_factors: tuple = (0.8, 1.2), min_gap: float | None = None,
+        memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Population:
     """PBT over `space`: quantile q in (0, 0.5], resample_probability in [0, 1],
-    perturbation_factors: non-empty tuple of factors > 0 (module docstring)."""
+    perturbation_factors: non-empty tuple of factors > 0, min_gap: None or a float >= 0
+    (module docstring)."""
     quantile = check_quantile("pbt", quantile)
+    if min_gap is not None:
+        min_gap = check_float("pbt.min_gap", min_gap, 0.0)
     resample_probability = check_float("pbt.resample_probability", resample_probability, 0.0, 1.0)
     factors = check_factors("pbt", perturbation_factors)
     h = space.h
@@ -110,7 +118,7 @@ def pbt(space: Space, *, quantile: float = 0.25, resample_probability: float = 0
         n = state.values.shape[0]
         objectives = check_objectives("pbt", objectives, n)
         k_select, k_explore = jax.random.split(key)
-        replaced, parents = select(k_select, objectives, quantile_size(n, quantile))
+        replaced, parents = select(k_select, objectives, quantile_size(n, quantile), min_gap)
         explored = perturb(space, k_explore, state.values[parents], resample_probability, factors)
         values = jnp.where(replaced[:, None], explored, state.values)
         state = state.replace(values=values, t=state.t + 1,

@@ -23,6 +23,11 @@ def count_invalid(state, objective):
     return state.replace(n_invalid=state.n_invalid + (~valid_objective(objective)).astype(jnp.int32))
 
 
+def constant_values(state: ConstantState) -> jax.Array:
+    """`values` of the tuners with a ConstantState: (h,) the configuration it holds."""
+    return state.values
+
+
 def constant_memory(h: int) -> int:
     """Estimated peak bytes of one `ConstantState` tuner: the state twice (a jitted call
     returns a copy) and the temporaries of one uniform draw (about 12 h bytes + 1 KiB)."""
@@ -67,4 +72,4 @@ def fixed(space: Space, *, values=None, memory_limit_gib: float = DEFAULT_MEMORY
         del key
         return state, state.values
 
-    return Tuner("fixed", space, init, ask, count_invalid, memory)
+    return Tuner("fixed", space, init, ask, count_invalid, memory, constant_values)

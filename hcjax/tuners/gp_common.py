@@ -199,9 +199,10 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         random_u = jax.random.uniform(k_rand, (h,))
         use = (n_valid > 0) & jnp.all(jnp.isfinite(u))
         u = jnp.clip(jnp.where(use, u, random_u), 0.0, 1.0)
-        values = space.decode(u)
-        # Store the unit coordinates of the values actually applied (integers rounded).
-        return state.replace(current=space.encode(values)), values
+        # Store the unit coordinates of the values actually applied (integers rounded);
+        # the values returned are those coordinates decoded, exactly what `values` gives.
+        state = state.replace(current=space.encode(space.decode(u)))
+        return state, values(state)
 
     def tell(state, objective):
         x = jnp.asarray(objective, jnp.float32)
@@ -223,7 +224,11 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
             n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
         )
 
-    return Tuner(name, space, init, ask, tell, memory)
+    def values(state):
+        """(h,) the configuration in effect: `current` decoded."""
+        return space.decode(state.current)
+
+    return Tuner(name, space, init, ask, tell, memory, values)
 
 
 __all__ = ["GPSpec", "GPTunerState", "LENGTHSCALES", "NOISE_RATIOS", "check_gp_options", "gp_memory",

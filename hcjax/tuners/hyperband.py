@@ -174,4 +174,8 @@ def hyperband(space: Space, *, budget: int = 200, eta: int = 3,
             n_invalid=state.n_invalid + (~valid).astype(jnp.int32),
         )
 
-    return Tuner("hyperband", space, init, ask, tell, memory)
+    def values(state):
+        """(h,) the candidate in effect (before the first ask: the first of init's table)."""
+        return state.configs[state.slot]
+
+    return Tuner("hyperband", space, init, ask, tell, memory, values)

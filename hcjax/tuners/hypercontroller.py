@@ -220,8 +220,8 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         return arm_scores(V, G, state.window, state.t >= s, beta)
 
     def ask(state, key):
-        arms = break_ties(key, predictions(state))
-        return state.replace(arms=arms), grid[rows, arms]
+        state = state.replace(arms=break_ties(key, predictions(state)))
+        return state, values(state)
 
     def tell(state, objective):
         x = jnp.asarray(objective, jnp.float32)
@@ -246,4 +246,8 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         return state.replace(models=models, current=current, window=window, history=history, t=t,
                              n_invalid=state.n_invalid + (~valid).astype(jnp.int32))
 
-    return Tuner("hypercontroller", space, init, ask, tell, memory)
+    def values(state):
+        """(h,) the arms in effect, in natural units."""
+        return grid[rows, state.arms]
+
+    return Tuner("hypercontroller", space, init, ask, tell, memory, values)

@@ -64,8 +64,13 @@ def stack(tuners: Sequence[Tuner]) -> Tuner:
         return state.replace(states=jax.lax.switch(state.which, [branch(i) for i in range(len(tuners))],
                                                    state.states))
 
+    def values(state):
+        branches = [lambda states, i=i: jnp.asarray(tuners[i].values(states[i]), jnp.float32)
+                    for i in range(len(tuners))]
+        return jax.lax.switch(state.which, branches, state.states)
+
     name = "stack(" + ",".join(t.name for t in tuners) + ")"
-    return Tuner(name, space, init, ask, tell, sum(t.memory_bytes for t in tuners))
+    return Tuner(name, space, init, ask, tell, sum(t.memory_bytes for t in tuners), values)
 
 
 def select(state: StackedState, which) -> StackedState:
