@@ -24,8 +24,8 @@ from agents.envs.backend import problem as backend_problem
 from agents.envs.table import BY_NAME as BACKENDS
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots, tables, tensorboard
-from experiments.study import build, engine, presets, studyfile
+from experiments.reporting import export, plots, tables
+from experiments.study import build, engine, presets, studyfile, tensorboard
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
 from experiments.study.files import check_writable_dir

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import cli
-from experiments.reporting import tensorboard
+from experiments.study import tensorboard
 from experiments.study.checkpoints import Record
 from experiments.study.store import load_units, unit_name
 from tests.cli_runs import cartpole_study

@@ -22,7 +22,6 @@ import numpy as np
 
 from agents.population import PopulationLoop, population_objective
 from agents.ppo import PPOConfig, make_learner
-from experiments.reporting.tensorboard import UnitGroupScalars
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.checkpoints import Checkpoint
@@ -42,6 +41,7 @@ from experiments.study.presets import EnvChoice, Plan, check_unit_names
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
+from experiments.study.tensorboard import UnitGroupScalars
 from hcjax.tuners.stacked import stack
 
 
@@ -57,7 +57,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     stacked tuner (hcjax.tuners.stacked) whose method is chosen per agent: agent
     m * seeds + i runs method m with seed i, and gets the numbers it would get alone.
     keys: method -> the unit's config key. tensorboard: a directory for live scalars
-    (`experiments.reporting.tensorboard`), or None."""
+    (`experiments.study.tensorboard`), or None."""
     p = plan.preset
     t0 = time.perf_counter()
     environment = build.environment(env.make)
