@@ -37,10 +37,15 @@ class PlantedLink(ValueError):
     """A symbolic link where hcjax writes inside a study directory."""
 
 
+def file_chars(text) -> str:
+    """`text` with every character but letters, digits, '-', '_' and '.' replaced by '_'."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+
+
 def safe_name(text: str) -> str:
-    """`text` as one file name: every character but letters, digits, '-', '_' and '.'
-    becomes '_', and a name of dots only (., ..) or an empty one becomes '_' too."""
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    """`text` as one file name: `file_chars`, and a name of dots only (., ..) or an empty
+    one becomes '_'."""
+    name = file_chars(text)
     return "_" if not name.strip(".") else name
 
 

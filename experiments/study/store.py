@@ -58,6 +58,7 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     atomic_write_bytes,
     atomic_write_text,
     check_writable_dir,
+    file_chars,
     make_dir,
 )
 from experiments.study.plan import jsonable, study_key
@@ -119,7 +120,7 @@ def unit_name(env: str, method: str) -> str:
 
 
 def _safe_part(text: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    safe = file_chars(text)
     if len(safe) > 80:
         safe = f"{safe[:63]}-{hashlib.sha256(str(text).encode()).hexdigest()[:16]}"
     return safe
