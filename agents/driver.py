@@ -156,9 +156,8 @@ def _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_f
             rets = np.asarray(eval_fn(states, _eval_keys(keys, done), done))
             eval_its.append(done)
             eval_rets.append(rets)
-        if ready and done % ready == 0 and done < cfg.num_iterations:
-            objectives = np.asarray(population.objective_of(_concat(chunks)), np.float32)
-            states, pop_state, parents = population.step(states, pop_state, np.int32(done), objectives)
+        if population is not None and population.due(done, cfg.num_iterations):
+            states, pop_state, parents, objectives = population.advance(states, pop_state, done, _concat(chunks))
             lineage.append((done, np.asarray(parents, np.int32), objectives))
         if callback is not None:
             stop = callback(SegmentInfo(iteration=done, num_iterations=cfg.num_iterations, states=states,

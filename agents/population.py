@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 POPULATION_KEY = 0x9B7
@@ -55,6 +56,19 @@ class PopulationLoop:
         self.key = jax.random.PRNGKey(POPULATION_KEY)
         self.init = jax.jit(self._init)
         self.step = jax.jit(self._step, donate_argnums=(0, 1))
+
+    def due(self, done: int, iterations: int) -> bool:
+        """Whether a population step follows the segment that ended after `done` of
+        `iterations`: every `ready` iterations, never after the last."""
+        return done % self.ready == 0 and done < iterations
+
+    def advance(self, states, pop_state, done: int, metrics: dict):
+        """The population step after `done` iterations, ranking the objectives of `metrics`
+        (the run's metrics so far, {name: (n, done)}) -> (states, pop_state, parents (n,),
+        objectives (n,) float32 NumPy); states and pop_state are donated."""
+        objectives = np.asarray(self.objective_of(metrics), np.float32)
+        states, pop_state, parents = self.step(states, pop_state, done, jnp.asarray(objectives))
+        return states, pop_state, parents, objectives
 
     def _init(self, states):
         pop_state, values = self.population.init(jax.random.fold_in(self.key, 0), states.iteration.shape[0])

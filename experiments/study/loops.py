@@ -126,10 +126,9 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
         if done % eval_every == 0 or done == iterations:
             reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
         record.add(length, metrics, reward, 0.0)
-        if population is not None and done % ready == 0 and done < iterations:
-            objectives = population.objective_of(record.metrics())
-            state, pop_state, parents = population.step(state, pop_state, done, jnp.asarray(objectives, jnp.float32))
-            record.lineage.append((done, to_host(parents), np.asarray(objectives, np.float32)))
+        if population is not None and population.due(done, iterations):
+            state, pop_state, parents, objectives = population.advance(state, pop_state, done, record.metrics())
+            record.lineage.append((done, to_host(parents), objectives))
         record.seg_times[-1] = time.perf_counter() - ts
         if checkpoint is not None:
             checkpoint.save(state if population is None else (state, pop_state), record)
