@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import envs
+from hcjax import gp
 
 # Distribution names, in the order `hcjax info` prints them.
 PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco",
@@ -60,7 +61,15 @@ def describe() -> str:
     lines.append(f"{'python':12s} {d['python']} ({d['platform']})")
     lines.append(f"{'devices':12s} {d['backend']}: {', '.join(d['devices'])} "
                  f"({d['device_kind']}; {d['process_count']} process(es); host {d['host']}, {d['cpu_count']} CPUs)")
+    lines.append(f"{'lapack':12s} {lapack_note()}")
     return "\n".join(lines)
+
+
+def lapack_note() -> str:
+    """How vmapped LAPACK calls run with this jax on the CPU (`hcjax.gp.PROTECTED`)."""
+    if gp.PROTECTED:
+        return f"one matrix at a time on the CPU (protected). {gp.PROTECTION_NOTE}"
+    return f"batched on every platform (jax {jax.__version__} >= 0.11: no XLA:CPU LAPACK deadlock protection needed)"
 
 
 def _probe_jax() -> None:

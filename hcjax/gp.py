@@ -7,9 +7,10 @@ matrix stays positive definite, its Cholesky factor has a unit diagonal there, m
 targets are zero and contribute nothing to the posterior or to the likelihood.
 
 LAPACK calls (Cholesky, triangular solves) go through `platform_batched`: under `vmap`
-they become batched calls on GPU and TPU and a loop of one-matrix calls on XLA:CPU,
-where two concurrent batched LAPACK calls deadlock jaxlib's `ParallelBatchMap` on a
-small thread pool. `lapack_batching` overrides the choice while tracing (tests, benchmarks).
+they become batched calls, except on XLA:CPU with jax < 0.11, where two concurrent
+batched LAPACK calls deadlock jaxlib's `ParallelBatchMap` on a small thread pool: there
+they become a loop of one-matrix calls (`PROTECTED`). `lapack_batching` overrides the
+choice while tracing (tests, benchmarks).
 
 Kernels are correlations (unit signal variance); the signal variance `v` multiplies
 them outside, so the model is  K = v (C + r I)  with noise ratio r = noise / v.
@@ -20,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import itertools
 import math
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,18 +36,55 @@ JITTERS = (1e-6, 1e-4, 1e-2)  # relative to mean(diag K), tried in order
 LOG_2PI = math.log(2.0 * math.pi)
 
 
-# Platforms on which `platform_batched` functions run one element at a time under vmap.
-# XLA:CPU: jaxlib's batched LAPACK kernels (`ParallelBatchMap`) queue chunks on the
-# intra-op pool and block a pool thread until they finish; two such calls at once on a
-# 2-thread pool wait for each other forever (jax 0.10.2, 2 cores: vmapped inits of 16
-# 3x256 networks hung in 6 runs of 6, 64-agent GP decisions at N = 200 in 7 of 7).
-SEQUENTIAL_PLATFORMS = ("cpu",)
+# jax releases before this one deadlock on the CPU: jaxlib's batched LAPACK kernels
+# (`ParallelBatchMap`) queue chunks on the intra-op pool and block a pool thread until
+# they finish, so two such calls at once on a 2-thread pool wait for each other forever
+# (jax 0.10.2, 2 cores: vmapped inits of 16 3x256 networks hung in 6 runs of 6, 64-agent
+# GP decisions at N = 200 in 7 of 7). With jax 0.11.2 the same workloads, both forced
+# batched under load, finished every time (experiments/benchmarks/lapack_check.py).
+FIXED_IN_JAX = (0, 11)
+
+
+def jax_version(version: str = jax.__version__) -> tuple[int, ...]:
+    """'0.10.2' (or '0.11.0.dev20260101') -> (0, 10, 2): the leading numeric fields."""
+    fields = []
+    for part in version.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        fields.append(int(digits))
+    return tuple(fields)
+
+
+# True where this jax needs the protection: vmapped LAPACK calls run one matrix at a time
+# on the CPU. Platforms on which `platform_batched` functions then run sequentially:
+PROTECTED = jax_version() < FIXED_IN_JAX
+SEQUENTIAL_PLATFORMS = ("cpu",) if PROTECTED else ()
+PROTECTION_NOTE = (
+    f"jax {jax.__version__} < 0.11 on the CPU: vmapped LAPACK calls (GP tuners' Cholesky, "
+    "agents.networks.orthogonal) run one matrix at a time, because batched ones can deadlock "
+    "XLA:CPU's thread pool in this jax; that is slower for many agents. Python 3.12 with "
+    "jax >= 0.11 batches them.")
+
+
+class LapackProtectionWarning(UserWarning):
+    """A vmapped GP tuner was built on the CPU with a jax that needs the protection."""
+
+
+def warn_if_protected(what: str) -> None:
+    """Warn (once per call site) that `what` runs its vmapped LAPACK calls one matrix at a
+    time: on the CPU (the default backend) with jax < 0.11."""
+    if PROTECTED and jax.default_backend() == "cpu":
+        warnings.warn(f"{what}: {PROTECTION_NOTE}", LapackProtectionWarning, stacklevel=3)
+
+
 _BATCHED: contextvars.ContextVar = contextvars.ContextVar("hcjax_lapack_batched", default=None)
 
 
 def batched_on(platform: str) -> bool:
     """Whether `platform_batched` functions vmap into batched calls by default on
-    `platform` ("cpu", "cuda", "rocm", "tpu", as `jax.default_backend()` names it)."""
+    `platform` ("cpu", "cuda", "rocm", "tpu", as `jax.default_backend()` names it): every
+    platform with jax >= 0.11, every one but the CPU before."""
     return platform not in SEQUENTIAL_PLATFORMS
 
 
@@ -64,13 +104,14 @@ def lapack_batching(batched: bool | None):
 
 
 def platform_batched(f: Callable) -> Callable:
-    """f(*arrays) -> the same function whose vmap is the normal batched one on GPU and TPU
-    and a loop of unbatched calls (`jax.custom_batching.sequential_vmap`) on the CPU.
+    """f(*arrays) -> the same function whose vmap is the normal batched one, except on the
+    SEQUENTIAL_PLATFORMS (the CPU with jax < 0.11), where it is a loop of unbatched calls
+    (`jax.custom_batching.sequential_vmap`).
 
-    Both are traced and `jax.lax.platform_dependent` keeps the one of the platform the
-    computation is lowered for (a `jax.export` for several platforms keeps both and
-    picks at compile time). `lapack_batching` forces one of them. Both give the same
-    values up to float rounding.
+    With a protected jax both are traced and `jax.lax.platform_dependent` keeps the one of
+    the platform the computation is lowered for (a `jax.export` for several platforms
+    keeps both and picks at compile time); otherwise f is traced alone. `lapack_batching`
+    forces one of them. Both give the same values up to float rounding.
     """
     sequential = jax.custom_batching.sequential_vmap(f)
 
@@ -78,6 +119,8 @@ def platform_batched(f: Callable) -> Callable:
     def by_platform(*args):
         batched = _BATCHED.get()
         if batched is None:
+            if not SEQUENTIAL_PLATFORMS:
+                return f(*args)
             return jax.lax.platform_dependent(*args, default=f, **{p: sequential for p in SEQUENTIAL_PLATFORMS})
         return f(*args) if batched else sequential(*args)
 

@@ -11,6 +11,7 @@ HLO: unbatched LAPACK calls when compiled for the CPU, batched solver calls when
 lowered for CUDA.
 """
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -201,15 +202,36 @@ def assert_trees_close(a, b, rtol=RTOL, atol=ATOL):
                                                                    atol=atol), a, b)
 
 
-def test_default_path_by_platform():
-    assert not gp.batched_on("cpu")
+def test_default_path_by_platform_and_jax_version():
+    assert gp.jax_version("0.10.2") == (0, 10, 2) and gp.jax_version("0.11.0.dev20260101") == (0, 11, 0)
+    assert gp.jax_version("0.11.2rc1") == (0, 11, 2) and gp.jax_version("1.0") == (1, 0)
+    assert gp.PROTECTED == (gp.jax_version(jax.__version__) < (0, 11))
+    assert gp.batched_on("cpu") == (not gp.PROTECTED)
     assert all(gp.batched_on(p) for p in ("cuda", "rocm", "tpu"))
     with pytest.raises(ValueError, match="batched must be True, False or None"):
         with gp.lapack_batching("batched"):
             pass
 
 
-def test_vmap_paths_give_the_loop_values_and_cpu_default_is_sequential():
+def assert_default_cpu_path(calls, batch=None):
+    """The CPU default: one matrix per LAPACK call with a protected jax (< 0.11), stacks otherwise."""
+    if gp.PROTECTED:
+        assert_unbatched(calls)
+    else:
+        assert_batched(calls, *(() if batch is None else (batch,)))
+
+
+def test_protection_warning_follows_the_jax_version():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hcjax.make_tuner("gp_ucb", hcjax.ppo_space(), **GP_OPTIONS)
+    protection = [w for w in caught if issubclass(w.category, gp.LapackProtectionWarning)]
+    assert len(protection) == (1 if gp.PROTECTED and jax.default_backend() == "cpu" else 0)
+    if protection:
+        assert "jax >= 0.11" in str(protection[0].message) and "one matrix at a time" in str(protection[0].message)
+
+
+def test_vmap_paths_give_the_loop_values_and_cpu_default_follows_the_jax_version():
     args = agent_problems()
     compiled, out = {}, {}
     for batched in (None, False, True):
@@ -225,11 +247,11 @@ def test_vmap_paths_give_the_loop_values_and_cpu_default_is_sequential():
     jitter = np.asarray(reference["jitter"])
     assert jitter[0] > 0 and jitter[1] > jitter[0] and jitter[2] == -1.0  # three escalation outcomes
     assert np.all(np.isfinite(np.asarray(reference["cholesky"])))
-    # Compiled for XLA:CPU: by default (and forced sequential) one matrix per LAPACK call;
-    # forced batched, stacks of AGENTS matrices.
-    for batched in (None, False):
-        assert_unbatched(lapack_calls(compiled[batched].as_text()))
+    # Compiled for XLA:CPU: forced sequential, one matrix per LAPACK call; forced batched,
+    # stacks of AGENTS matrices; by default as the jax version says.
+    assert_unbatched(lapack_calls(compiled[False].as_text()))
     assert_batched(lapack_calls(compiled[True].as_text()))
+    assert_default_cpu_path(lapack_calls(compiled[None].as_text()))
 
 
 def test_default_lowering_for_gpu_is_batched():
@@ -243,7 +265,7 @@ def test_default_lowering_for_gpu_is_batched():
         solves = [dims for t, dims in calls if t == "triangular_solve"]
         assert solves and all(dims[0] == AGENTS for dims in solves), calls
     cpu = stablehlo_calls(fn.lower(lowering_platforms=("cpu",)).as_text())
-    assert_unbatched(cpu)
+    assert_default_cpu_path(cpu)
     assert all(t.startswith("lapack_") for t, _ in cpu), cpu
 
 
@@ -282,7 +304,7 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
     for batched in (None, True):
         assert_trees_close(out[batched], reference)
     assert np.unique(np.asarray(reference[1]), axis=0).shape[0] == AGENTS  # three different decisions
-    assert_unbatched(lapack_calls(compiled[None].as_text()))
+    assert_default_cpu_path(lapack_calls(compiled[None].as_text()))
     # Batched: the grid search vmaps inside each agent, so stacks are (agents, grid, n, n).
     assert_batched(lapack_calls(compiled[True].as_text()))
     cuda = stablehlo_calls(jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)

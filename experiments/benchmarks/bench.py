@@ -6,6 +6,7 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_tuners      decision cost of every tuner vs batch and buffer size, HostTuner
     experiments.benchmarks.bench_population  one population step + exploit for 64-1024 PPO agents, Ray Tune PBT
     experiments.benchmarks.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
+    experiments.benchmarks.bench_own_loop    the own-training-loop example, tuned / untuned wall time (4 seeds)
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -26,7 +27,7 @@ from pathlib import Path
 from experiments import deps
 from experiments.study import store as R
 
-SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo")  # quickest first
+SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo", "bench_own_loop")  # quickest first
 
 
 class _Tee(io.StringIO):

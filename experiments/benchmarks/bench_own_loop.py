@@ -14,17 +14,32 @@ load average before and after. Writes JSON (default bench_out/own_loop.json) ato
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
+from types import ModuleType
 
 import jax
 
-from examples import ppo_cartpole, ppo_cartpole_tuned
 from experiments.benchmarks.timing import print_table, write_json_atomic
 
 TARGET_RATIO = 1.02
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # scripts of the source checkout, not a package
+
+
+def load_example(name: str) -> ModuleType:
+    """examples/<name>.py of the source checkout, loaded by path (they are scripts a user
+    copies, not installed modules); FileNotFoundError outside a checkout."""
+    path = EXAMPLES / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"bench_own_loop needs the examples of a source checkout: {path} is missing")
+    spec = importlib.util.spec_from_file_location(f"hcjax_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def timed(fn, rngs) -> float:
@@ -36,8 +51,9 @@ def timed(fn, rngs) -> float:
 
 def measure(config: dict, seeds: int, rounds: int) -> dict:
     """Interleaved rounds of the untuned and tuned programs -> per-round times and ratios."""
-    programs = {"untuned": jax.jit(jax.vmap(ppo_cartpole.make_train(config))),
-                "tuned": jax.jit(jax.vmap(ppo_cartpole_tuned.make_train(config)))}
+    untuned, tuned = load_example("ppo_cartpole"), load_example("ppo_cartpole_tuned")
+    programs = {"untuned": jax.jit(jax.vmap(untuned.make_train(config))),
+                "tuned": jax.jit(jax.vmap(tuned.make_train(config)))}
     rngs = jax.random.split(jax.random.PRNGKey(0), seeds)
     compile_s = {name: timed(fn, rngs) for name, fn in programs.items()}  # compile + first run
     times = {name: [] for name in programs}
@@ -60,7 +76,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     rounds = args.rounds or (5 if args.quick else 9)
     timesteps = args.timesteps or (25600 if args.quick else 2e5)
-    config = dict(ppo_cartpole.CONFIG, TOTAL_TIMESTEPS=timesteps)
+    config = dict(load_example("ppo_cartpole").CONFIG, TOTAL_TIMESTEPS=timesteps)
     load_before = os.getloadavg()
     result = measure(config, args.seeds, rounds)
     load_after = os.getloadavg()

@@ -134,6 +134,7 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
     caller, memory checked here (`gp_memory`) before anything is allocated."""
     h, N = space.h, buffer
     F = min(fit_points, N)
+    gp.warn_if_protected(f"{name} on the CPU")
     n_grid = len(next(iter(spec.grid.values())))
     memory = check_memory(name, gp_memory(h, n_context, n_grid, N, candidates, fit_points), memory_limit_gib,
                           f"buffer={N}, fit_points={fit_points}, candidates={candidates} (a grid of {n_grid} "
