@@ -124,7 +124,7 @@ class Hyperparameter:
     default: the value used by the `fixed` tuner (None: the middle of the scale).
     options: None, or the k >= 2 options of a categorical hyperparameter (build it with
     `Hyperparameter.choice`): then low = 0, high = k - 1, integer, linear, and values
-    and default are option indices (module docstring).
+    and default are option indices (default None: 0, the first option; module docstring).
 
     Values are stored and computed in float32, so low, high and default must be finite
     with |x| <= 3.4028235e38 (FLOAT32_MAX), low < high must still hold in float32, a
@@ -205,7 +205,9 @@ class Hyperparameter:
             raise ValueError(f"{where}: options given: low must be 0, high {k - 1} (k - 1 for k = {k} options), "
                              f"integer True and scale 'linear' (use Hyperparameter.choice), got low={self.low}, "
                              f"high={self.high}, integer={self.integer}, scale={self.scale!r}")
-        if self.default is not None and not float(self.default).is_integer():
+        if self.default is None:
+            object.__setattr__(self, "default", 0.0)  # the first option
+        elif not float(self.default).is_integer():
             raise ValueError(f"{where}: default is an option index, a whole number in [0, {k - 1}], got "
                              f"{self.default}")
 
