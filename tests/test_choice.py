@@ -234,7 +234,7 @@ def test_study_file_options_round_trip_and_build_the_space():
 
 
 @pytest.mark.parametrize("entry,match", [
-    ('name = "learning_rate"\noptions = [1e-4, 3e-4]\nlow = 0', r"space\[0\]: 'learning_rate'.*must not give \['low'\]"),
+    ('name = "learning_rate"\noptions = [1e-4, 3e-4]\nlow = 0', r"space\[0\]: 'learning_rate'.*not give \['low'\]"),
     ('name = "learning_rate"\noptions = [1e-4]', r"space\[0\].*'learning_rate'.*at least 2"),
     ('name = "learning_rate"\noptions = [1e-4, 3e-4]\ndefault = 2e-4', r"space\[0\].*one of the options"),
     ('name = "learning_rate"', r"space\[0\]: missing \['low', 'high'\]")])

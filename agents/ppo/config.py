@@ -105,7 +105,7 @@ def check_choice(p) -> None:
     field's allowed range (batch_size: whole numbers >= 1); the learner uses the option's value."""
     where = f"tuner space: {p.name} is categorical"
     if any(isinstance(o, str) for o in p.options):
-        raise ValueError(f"{where}: its options must be numbers (the value of PPOConfig.{p.name}), got {list(p.options)}")
+        raise ValueError(f"{where}: its options must be numbers (values of PPOConfig.{p.name}), got {list(p.options)}")
     if p.name == "batch_size":
         if not all(float(o).is_integer() and o >= 1 for o in p.options):
             raise ValueError(f"{where}: its options must be whole numbers >= 1, got {list(p.options)}")

@@ -69,8 +69,8 @@ def hypercontroller_shared(space: Space, *, d: int = 10, s: int = 1, ridge: floa
     h = space.h
     grid, n_arms, D, masked = C.controller_arms(space, d)  # (h, D), (h,)
     if D ** s >= 2 ** 31:
-        raise ValueError(f"{name}: D**s must be < 2**31 (contexts are int32 indices), got D={D} arms (d={d} or the "
-                         f"most options), s={s}")
+        raise ValueError(f"{name}: d**s must be < 2**31 (contexts are int32 indices "
+                         f"in base D = max(d, options) = {D}), got d={d}, s={s}")
     width = s * s + 2 * s
     rows = jnp.arange(h)
 

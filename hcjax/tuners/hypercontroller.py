@@ -225,8 +225,8 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
     memory = check_memory("hypercontroller", controller_memory(h, D, s), memory_limit_gib,
                           f"d={d}, s={s} (with h={h} hyperparameters, {D} arms at most)")
     if D ** s >= 2 ** 31:
-        raise ValueError(f"hypercontroller: D**s must be < 2**31 (contexts are int32 indices), got D={D} arms "
-                         f"(d={d} or the most options), s={s}")
+        raise ValueError(f"hypercontroller: d**s must be < 2**31 (contexts are int32 indices "
+                         f"in base D = max(d, options) = {D}), got d={d}, s={s}")
     n_ctx = D ** s
     rows = jnp.arange(h)
 
