@@ -116,8 +116,9 @@ def parser() -> argparse.ArgumentParser:
     which = run.add_mutually_exclusive_group()
     which.add_argument("--preset", default=None, help=f"one of {', '.join(presets.PRESETS)} (default smoke)")
     which.add_argument("--config", help="a study file (TOML; see `hcjax presets --toml NAME` for the format)")
-    run.add_argument("--space", nargs="+", metavar="NAME=LOW:HIGH[:log][:int][:default=V]",
-                     help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space")
+    run.add_argument("--space", nargs="+", metavar="NAME=LOW:HIGH[:log][:int][:default=V]|NAME=A,B,..[:default=V]",
+                     help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space; "
+                          "commas give a categorical's options")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
                                                "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
@@ -160,11 +161,39 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse_option(text: str) -> int | float | str:
+    """One option of a `--space` categorical: an int or float when it parses as one, else the string."""
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_choice(text: str, name: str, parts: list[str]) -> dict:
+    """`--space` entry NAME=A,B,C[:default=V] (parts: "A,B,C" and the flags) -> a
+    categorical entry {name, options[, default]} (options parsed by `parse_option`)."""
+    form = "NAME=A,B,C[:default=V]"
+    options = [parse_option(o) for o in parts[0].split(",")]
+    if any(o == "" for o in options):
+        raise ValueError(f"--space {text!r}: an option is empty ({form})")
+    entry = {"name": name, "options": options}
+    for flag in parts[1:]:
+        if not flag.startswith("default="):
+            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; a categorical allows only default=V ({form})")
+        entry["default"] = parse_option(flag[len("default="):])
+    return entry
+
+
 def parse_hyperparameter(text: str) -> dict:
-    """`--space` entry NAME=LOW:HIGH[:log][:int][:default=V] -> Hyperparameter fields."""
-    form = "NAME=LOW:HIGH[:log][:int][:default=V]"
+    """`--space` entry NAME=LOW:HIGH[:log][:int][:default=V], or NAME=A,B,C[:default=V]
+    for a categorical (a comma means options) -> Hyperparameter fields."""
+    form = "NAME=LOW:HIGH[:log][:int][:default=V] or NAME=A,B,C[:default=V]"
     name, eq, rest = text.partition("=")
     parts = rest.split(":")
+    if eq and name and "," in parts[0]:
+        return parse_choice(text, name, parts)
     if not eq or not name or len(parts) < 2:
         raise ValueError(f"--space {text!r}: expected {form}")
     try:
@@ -201,6 +230,8 @@ def describe_presets() -> str:
 
 
 def _describe_hyperparameter(h: dict) -> str:
+    if "options" in h:
+        return f"{h['name']}={','.join(str(o) for o in h['options'])}"
     flags = (":log" if h.get("scale") == "log" else "") + (":int" if h.get("integer") else "")
     return f"{h['name']}={h['low']:g}:{h['high']:g}{flags}"
 

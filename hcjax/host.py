@@ -2,7 +2,7 @@
 
     tuner = hcjax.HostTuner("hypercontroller", space, seed=0, d=10)
     for step in range(n):
-        hp = tuner.ask()        # {"learning_rate": 0.001, "batch_size": 2048}: float, or int
+        hp = tuner.ask()        # {"learning_rate": 0.001, "batch_size": 2048, "optimizer": "sgd"}
         ...                     # train with hp
         tuner.tell(objective)   # one Python or NumPy number, higher is better
 
@@ -131,14 +131,17 @@ class HostTuner:
 
     def ask(self) -> dict:
         """The next configuration: {name: value} in natural units, in the space's order;
-        Python int for integer hyperparameters, Python float otherwise."""
+        the option itself (as given to `Hyperparameter.choice`) for a categorical, Python
+        int for integer hyperparameters, Python float otherwise."""
         if self._n_asks > MAX_ASKS:
             raise ValueError(f"HostTuner({self.name!r}).ask: at most {MAX_ASKS + 1} asks (the key schedule's counter "
                              "is a uint32)")
         self._state, self._asks, values = self._ask(self._state, self._key, self._asks)
         self._n_asks += 1
-        return {name: int(v) if integer else float(v)
-                for name, v, integer in zip(self.space.names, np.asarray(values).tolist(), self.space.is_integer)}
+        out = {}
+        for p, v in zip(self.space.hyperparameters, np.asarray(values).tolist()):
+            out[p.name] = p.options[int(v)] if p.options is not None else int(v) if p.integer else float(v)
+        return out
 
     def tell(self, objective) -> None:
         """Report one objective of the configuration in effect (higher is better): a Python,

@@ -1,8 +1,18 @@
-"""Hyperparameter spaces: bounds, scales, grids of arms, and the [0, 1] encoding.
+"""Hyperparameter spaces: bounds, scales, categorical options, grids of arms, and the
+[0, 1] encoding.
 
 A `Space` of h `Hyperparameter`s is static configuration (plain Python, never traced).
-Its array-valued methods (`encode`, `decode`, `clip`, `snap`) are pure jnp functions
-that work under `jit` and `vmap`.
+Its array-valued methods (`encode`, `decode`, `clip`, `snap`, `natural`) are pure jnp
+functions that work under `jit` and `vmap`.
+
+Categorical hyperparameters (`Hyperparameter.choice(name, options)`): a tuner's values
+hold the OPTION INDEX (0..k-1, as float32), an integer hyperparameter on [0, k-1]. In
+[0, 1] units option i is the bin [i/k, (i+1)/k): decode(u) = min(floor(u k), k - 1), so
+a uniform u draws every option with probability 1/k, and encode(i) = (i + 0.5) / k, the
+bin centre. Methods that model the unit cube (the GP tuners, pb2) therefore see the
+options as ordered points: adjacent options are treated as similar, so list them in a
+meaningful order. `natural(values)` swaps the index for the option's value where every
+option is a number; `as_dict` and `names_to_values` give the option (module docs/tuners.md).
 """
 from __future__ import annotations
 
@@ -59,6 +69,46 @@ def integer_scalar(value) -> int | None:
         return None
 
 
+def option_value(name: str, i: int, option) -> str | int | float:
+    """One categorical option checked: a str, or a finite real number representable in
+    float32 (Python, NumPy or JAX scalar; not a bool), returned as str, int or float."""
+    if isinstance(option, str):
+        return option
+    n = integer_scalar(option)
+    v = real_scalar(option)
+    if v is None or not math.isfinite(v) or abs(v) > FLOAT32_MAX:
+        raise ValueError(f"Hyperparameter {name!r}: options[{i}] must be a str or a finite number representable in "
+                         f"float32 (|x| <= {FLOAT32_MAX:.8g}; not a bool), got {option!r}")
+    return n if n is not None else v
+
+
+def option_key(option) -> tuple | None:
+    """What options are compared by: ("str", s) or ("number", float32 value as float);
+    None for anything else (bools included)."""
+    if isinstance(option, str):
+        return ("str", option)
+    v = real_scalar(option)
+    if v is None or not math.isfinite(v) or abs(v) > FLOAT32_MAX:
+        return None
+    return ("number", float(np.float32(v)))
+
+
+def check_options(name: str, options) -> tuple:
+    """`options` -> a tuple of >= 2 distinct options (`option_value`), or a ValueError
+    naming the hyperparameter. Numbers must stay distinct in float32."""
+    if isinstance(options, (str, bytes)) or not isinstance(options, (Sequence, np.ndarray)):
+        raise ValueError(f"Hyperparameter {name!r}: options must be a list or tuple of at least 2 distinct values "
+                         f"(str or numbers), got {options!r}")
+    checked = tuple(option_value(name, i, o) for i, o in enumerate(options))
+    if len(checked) < 2:
+        raise ValueError(f"Hyperparameter {name!r}: options must hold at least 2 values, got {list(checked)}")
+    keys = [option_key(o) for o in checked]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"Hyperparameter {name!r}: options must be distinct (numbers compared in float32), got "
+                         f"{list(checked)}")
+    return checked
+
+
 def whole_float32(x: float) -> bool:
     """`x` is a whole number that float32 holds exactly (values are computed in float32)."""
     return float(x).is_integer() and float(np.float32(x)) == x
@@ -72,6 +122,9 @@ class Hyperparameter:
     scale: "linear" or "log" (log needs low > 0); integer: values are rounded, and
     low and high must be whole numbers exact in float32 (so every value is inside them);
     default: the value used by the `fixed` tuner (None: the middle of the scale).
+    options: None, or the k >= 2 options of a categorical hyperparameter (build it with
+    `Hyperparameter.choice`): then low = 0, high = k - 1, integer, linear, and values
+    and default are option indices (default None: 0, the first option; module docstring).
 
     Values are stored and computed in float32, so low, high and default must be finite
     with |x| <= 3.4028235e38 (FLOAT32_MAX), low < high must still hold in float32, a
@@ -86,6 +139,20 @@ class Hyperparameter:
     scale: str = "linear"
     integer: bool = False
     default: float | None = None
+    options: tuple | None = None
+
+    @classmethod
+    def choice(cls, name: str, options, default=None) -> Hyperparameter:
+        """A categorical hyperparameter over `options` (>= 2 distinct str or numbers;
+        bools refused). default: one of the options (None: the first); the tuners'
+        values and `default` hold option indices."""
+        options = check_options(name, options)
+        keys = [option_key(o) for o in options]
+        index = 0 if default is None else next((i for i, k in enumerate(keys) if k == option_key(default)), None)
+        if index is None:
+            raise ValueError(f"Hyperparameter {name!r}: default must be one of the options {list(options)}, got "
+                             f"{default!r}")
+        return cls(name, 0, len(options) - 1, integer=True, default=index, options=options)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -126,6 +193,28 @@ class Hyperparameter:
         if self.default is not None and not self.low <= self.default <= self.high:
             raise ValueError(
                 f"{where}: default must lie in [low, high] = [{self.low}, {self.high}], got {self.default}")
+        if self.options is not None:
+            self._check_categorical(where)
+
+    def _check_categorical(self, where: str) -> None:
+        """A categorical's options checked and its bounds, scale and integer tied to them."""
+        options = check_options(self.name, self.options)
+        object.__setattr__(self, "options", options)
+        k = len(options)
+        if (self.low, self.high, self.integer, self.scale) != (0.0, float(k - 1), True, "linear"):
+            raise ValueError(f"{where}: options given: low must be 0, high {k - 1} (k - 1 for k = {k} options), "
+                             f"integer True and scale 'linear' (use Hyperparameter.choice), got low={self.low}, "
+                             f"high={self.high}, integer={self.integer}, scale={self.scale!r}")
+        if self.default is None:
+            object.__setattr__(self, "default", 0.0)  # the first option
+        elif not float(self.default).is_integer():
+            raise ValueError(f"{where}: default is an option index, a whole number in [0, {k - 1}], got "
+                             f"{self.default}")
+
+    @property
+    def n_options(self) -> int:
+        """k for a categorical, 0 otherwise."""
+        return 0 if self.options is None else len(self.options)
 
     @property
     def default_value(self) -> float:
@@ -140,7 +229,14 @@ class Hyperparameter:
 
 
 class Space:
-    """An ordered set of h hyperparameters; values are (h,) arrays in this order."""
+    """An ordered set of h hyperparameters; values are (h,) arrays in this order.
+
+    Categoricals (module docstring): `is_categorical` (h,) bool, `n_options` (h,) int
+    (0 for the others); values hold option indices; `natural(values)` (..., h) gives
+    the option values of all-numeric categoricals (indices of the others, under jit);
+    `as_dict` gives numeric options' values (float32) and string options' int32 index
+    (for `lax.switch`); `names_to_values` (host) gives the option itself.
+    """
 
     def __init__(self, hyperparameters: Iterable[Hyperparameter]):
         params = tuple(hyperparameters)
@@ -161,6 +257,17 @@ class Space:
         self.is_log = np.array([p.scale == "log" for p in params])
         self.is_integer = np.array([p.integer for p in params])
         self.default = np.array([p.default_value for p in params], np.float32)
+        self.n_options = np.array([p.n_options for p in params], np.int64)
+        self.is_categorical = self.n_options > 0
+        # Numeric categoricals: (h, K) option values (row i padded with its last option).
+        self.is_numeric_choice = np.array([p.options is not None and all(not isinstance(o, str) for o in p.options)
+                                           for p in params])
+        width = max(1, int(self.n_options.max()))
+        self._option_values = np.zeros((self.h, width), np.float32)
+        for i, p in enumerate(params):
+            if self.is_numeric_choice[i]:
+                row = [float(o) for o in p.options]
+                self._option_values[i] = row + row[-1:] * (width - len(row))
         # Bounds in the transformed (log or linear) coordinates, as float64 for accuracy.
         lo64 = np.array([p.low for p in params], np.float64)
         hi64 = np.array([p.high for p in params], np.float64)
@@ -178,7 +285,8 @@ class Space:
 
         Integer hyperparameters are rounded; when d exceeds the number of integers in
         range some arms repeat a value, which is harmless (they are distinct arms with
-        equal values).
+        equal values). A categorical's row is the option indices that the d evenly spaced
+        points of [0, 1] decode to (its bins); HyperController uses `arm_grid` instead.
         """
         n = integer_scalar(d)
         if n is None or n < 2:
@@ -186,32 +294,64 @@ class Space:
         u = np.linspace(0.0, 1.0, n)
         return np.asarray(self._decode_np(np.broadcast_to(u, (self.h, n)).T).T, np.float32)
 
+    def arm_grid(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """HyperController's arms: ((h, D) float32 values, (h,) int32 arm counts n_arms).
+
+        n_arms[i] = k for a categorical (arm j = option j), d otherwise (the values of
+        `grid(d)`); D = max(n_arms). Rows shorter than D are padded with their last
+        value: arms j >= n_arms[i] exist only in the array and must never be chosen.
+        """
+        grid = self.grid(d)
+        n_arms = np.where(self.is_categorical, self.n_options, grid.shape[1]).astype(np.int32)
+        D = int(n_arms.max())
+        arms = np.zeros((self.h, D), np.float32)
+        for i in range(self.h):
+            row = np.arange(n_arms[i], dtype=np.float32) if self.is_categorical[i] else grid[i]
+            arms[i] = np.concatenate([row, np.full(D - n_arms[i], row[-1], np.float32)])
+        return arms, n_arms
+
     def _decode_np(self, u: np.ndarray) -> np.ndarray:
         x = self._lo + u * (self._hi - self._lo)
         x = np.where(self.is_log, np.exp(np.where(self.is_log, x, 0.0)), x)
         x = np.where(self.is_integer, np.round(x), x)
+        if self.is_categorical.any():
+            k = np.maximum(self.n_options, 1)
+            x = np.where(self.is_categorical, np.minimum(np.floor(np.clip(u, 0.0, 1.0) * k), k - 1), x)
         return np.clip(x.astype(np.float32), self.low, self.high)
 
     def unit_grid(self, d: int) -> np.ndarray:
         """(h, d) float32: the arms of `grid(d)` encoded in [0, 1] (NumPy, static)."""
         x = self.grid(d).astype(np.float64).T  # (d, h)
         x = np.where(self.is_log, np.log(np.where(self.is_log, x, 1.0)), x)
-        return np.clip((x - self._lo) / (self._hi - self._lo), 0.0, 1.0).T.astype(np.float32)
+        u = np.clip((x - self._lo) / (self._hi - self._lo), 0.0, 1.0)
+        if self.is_categorical.any():
+            u = np.where(self.is_categorical, (x + 0.5) / np.maximum(self.n_options, 1), u)
+        return u.T.astype(np.float32)
 
     def decode(self, unit: jnp.ndarray) -> jnp.ndarray:
-        """(..., h) in [0, 1] -> (..., h) natural units inside bounds (rounded for integers)."""
+        """(..., h) in [0, 1] -> (..., h) natural units inside bounds (rounded for integers;
+        option index min(floor(u k), k - 1) for a categorical of k options)."""
         u = jnp.clip(jnp.asarray(unit, jnp.float32), 0.0, 1.0)
         lo, hi = jnp.asarray(self._lo, jnp.float32), jnp.asarray(self._hi, jnp.float32)
         x = lo + u * (hi - lo)
         x = jnp.where(self.is_log, jnp.exp(x), x)
+        if self.is_categorical.any():
+            k = jnp.asarray(np.maximum(self.n_options, 1), jnp.float32)
+            x = jnp.where(self.is_categorical, jnp.minimum(jnp.floor(u * k), k - 1.0), x)
         return self.clip(x)
 
     def encode(self, values: jnp.ndarray) -> jnp.ndarray:
-        """(..., h) natural units -> (..., h) in [0, 1] (inverse of `decode` up to rounding)."""
+        """(..., h) natural units -> (..., h) in [0, 1] (inverse of `decode` up to rounding;
+        (i + 0.5) / k, the centre of its bin, for option index i of k)."""
         x = jnp.asarray(values, jnp.float32)
         x = jnp.where(self.is_log, jnp.log(jnp.maximum(x, jnp.asarray(self.low))), x)
         lo, hi = jnp.asarray(self._lo, jnp.float32), jnp.asarray(self._hi, jnp.float32)
-        return jnp.clip((x - lo) / (hi - lo), 0.0, 1.0)
+        u = jnp.clip((x - lo) / (hi - lo), 0.0, 1.0)
+        if self.is_categorical.any():
+            k = np.maximum(self.n_options, 1).astype(np.float32)
+            index = jnp.clip(jnp.round(x), 0.0, k - 1.0)
+            u = jnp.where(self.is_categorical, (index + 0.5) / k, u)
+        return u
 
     def clip(self, values: jnp.ndarray) -> jnp.ndarray:
         """(..., h): round integer hyperparameters and clip every value into its bounds."""
@@ -239,17 +379,36 @@ class Space:
     def as_dict(self, values: jnp.ndarray) -> dict[str, jnp.ndarray]:
         """values (..., h) -> {name: (...,) array} in the space's order (0-d arrays for one
         configuration). Works under jit and vmap (nothing leaves the device); for Python
-        floats outside jit use `names_to_values`."""
+        floats outside jit use `names_to_values`. Categoricals: the option value (float32)
+        where all options are numbers, else the int32 option index (for `lax.switch`)."""
         x = jnp.asarray(values)
         if x.ndim < 1 or x.shape[-1] != self.h:
             raise ValueError(f"Space.as_dict: values must have shape (..., h) = (..., {self.h}), one entry per "
                              f"hyperparameter {list(self.names)}, got shape {tuple(x.shape)}")
-        return {name: x[..., i] for i, name in enumerate(self.names)}
+        natural = self.natural(x)
+        return {name: natural[..., i] if self.is_numeric_choice[i] else
+                jnp.round(x[..., i]).astype(jnp.int32) if self.is_categorical[i] else x[..., i]
+                for i, name in enumerate(self.names)}
+
+    def natural(self, values: jnp.ndarray) -> jnp.ndarray:
+        """(..., h) tuner values -> (..., h) float32 with the index of every categorical
+        whose options are all numbers replaced by that option's value (a gather: works
+        under jit and vmap); string-option categoricals keep the index, the rest is unchanged."""
+        x = jnp.asarray(values, jnp.float32)
+        if not self.is_numeric_choice.any():
+            return x
+        last = np.maximum(self.n_options - 1, 0).astype(np.float32)
+        index = jnp.clip(jnp.round(x), 0.0, last).astype(jnp.int32)
+        options = jnp.asarray(self._option_values)[jnp.arange(self.h), index]
+        return jnp.where(self.is_numeric_choice, options, x)
 
     def names_to_values(self, values: Sequence[float] | np.ndarray) -> dict:
-        """(h,) values -> {name: float}, for logs and tables (concrete values only: under
-        jit use `as_dict`)."""
-        return {n: float(v) for n, v in zip(self.names, np.asarray(values))}
+        """(h,) values -> {name: float, or the option itself (str or number) for a
+        categorical}, for logs and tables (concrete values only: under jit use `as_dict`)."""
+        out = {}
+        for p, v in zip(self.hyperparameters, np.asarray(values)):
+            out[p.name] = float(v) if p.options is None else p.options[int(np.clip(np.round(v), 0, p.n_options - 1))]
+        return out
 
 
 def unit_space(h: int) -> Space:

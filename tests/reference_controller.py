@@ -7,8 +7,11 @@ import numpy as np
 
 
 class ReferenceController:
-    def __init__(self, h, d, s, ridge=1.0, beta=0.0):
+    """n_arms: arms per hyperparameter (default d each; a categorical has one per option)."""
+
+    def __init__(self, h, d, s, ridge=1.0, beta=0.0, n_arms=None):
         self.h, self.d, self.s, self.ridge, self.beta = h, d, s, ridge, beta
+        self.n_arms = [d] * h if n_arms is None else [int(n) for n in n_arms]
         self.V, self.B = {}, {}
         self.history = [[0] * s for _ in range(h)]  # last s arms per hyperparameter, oldest first
         self.window = [0.0] * s  # last s objectives, oldest first
@@ -33,7 +36,7 @@ class ReferenceController:
         for i in range(self.h):
             ctx = tuple(self.history[i])
             row = []
-            for a in range(self.d):
+            for a in range(self.n_arms[i]):
                 if self.t < self.s:
                     row.append(0.0)
                     continue

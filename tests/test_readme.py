@@ -16,7 +16,8 @@ HOST_TUNER = "HostTuner("
 POPULATION = 'make_population("pbt"'
 EXPORT = "export.write("
 OWN_LOOP_PPO = "class ActorCritic(nn.Module)"  # docs/own-training-loop.md, run by tests/test_own_loop_example.py
-MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO)
+CATEGORICAL = 'Hyperparameter.choice("optimizer"'  # docs/tuners.md
+MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL)
 
 
 def python_blocks() -> list[tuple[str, str]]:
@@ -121,3 +122,10 @@ def test_export_example_runs(monkeypatch):
     assert len(lineage) == sum(u.lineage_parent.size for u in units) > 0
     assert set(lineage[0]) == {"env", "method", "seed", "iteration", "parent", "objective"}
     assert {row["method"] for row in lineage} == {"pbt", "pb2_population", "hypercontroller_shared"}
+
+
+def test_categorical_example_runs():
+    namespace = run_block(CATEGORICAL)
+    values, natural = np.asarray(namespace["values"]), np.asarray(namespace["natural"])
+    assert values[1] in (0, 1, 2) and values[2] in (0, 1, 2)
+    assert natural[2] == (32, 64, 128)[int(values[2])] and natural[1] == values[1]

@@ -100,16 +100,36 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.normalize_obs must be True or False, got {self.normalize_obs!r}")
 
 
+def check_choice(p) -> None:
+    """A categorical of a TUNABLE field: ValueError unless every option is a number in the
+    field's allowed range (batch_size: whole numbers >= 1); the learner uses the option's value."""
+    where = f"tuner space: {p.name} is categorical"
+    if any(isinstance(o, str) for o in p.options):
+        raise ValueError(f"{where}: its options must be numbers (values of PPOConfig.{p.name}), got {list(p.options)}")
+    if p.name == "batch_size":
+        if not all(float(o).is_integer() and o >= 1 for o in p.options):
+            raise ValueError(f"{where}: its options must be whole numbers >= 1, got {list(p.options)}")
+    elif not all(in_range(p.name, o) for o in p.options):
+        raise ValueError(f"{where}: its options {list(p.options)} must be {range_text(p.name)}")
+
+
+def largest_batch(p) -> int:
+    """The largest batch size a batch_size hyperparameter can take."""
+    return int(max(p.options)) if p.options is not None else int(p.high)
+
+
 def check_space(space) -> None:
     """ValueError unless every hyperparameter of `space` names a TUNABLE field and its
-    bounds lie in that field's allowed range."""
+    bounds (a categorical: its options, `check_choice`) lie in that field's allowed range."""
     static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TUNABLE]
     for p in space.hyperparameters:
         if p.name not in TUNABLE:
             kind = "is a static PPOConfig field (fixed at compile time)" if p.name in static else \
                 "is not a PPOConfig field"
             raise ValueError(f"tuner space: {p.name!r} {kind}; tunable fields: {', '.join(TUNABLE)}")
-        if p.name == "batch_size":
+        if p.options is not None:
+            check_choice(p)
+        elif p.name == "batch_size":
             if not (p.integer and p.low >= 1):
                 raise ValueError(f"tuner space: batch_size must be an integer hyperparameter with low >= 1, got {p}")
         elif not (in_range(p.name, p.low) and in_range(p.name, p.high)):

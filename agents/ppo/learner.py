@@ -15,7 +15,7 @@ from flax import struct
 from agents import envs
 from agents import networks as nets
 from agents.ppo import stages
-from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_space
+from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_space, largest_batch
 from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, update_obs_stats
 from hcjax.population import Population, exploit_in_place
 from hcjax.tuner import Tuner
@@ -128,7 +128,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     if config.max_batch_size is not None:
         max_batch = config.max_batch_size
     elif "batch_size" in index:
-        max_batch = int(space.high[index["batch_size"]])
+        max_batch = largest_batch(space.hyperparameters[index["batch_size"]])
     else:
         max_batch = config.batch_size
     max_steps = -(-max_batch // config.num_envs)
@@ -167,9 +167,10 @@ def make_train(config: PPOConfig, env, tuner) -> Callable:
 
 
 def hparam(p: Parts, values, name: str):
-    """The value of TUNABLE field `name` in effect: the tuner's (values (h,)), else the config's."""
+    """The value of TUNABLE field `name` in effect: the tuner's (values (h,); a categorical's
+    option value, `Space.natural`), else the config's."""
     if name in p.index:
-        return values[p.index[name]]
+        return p.tuner.space.natural(values)[p.index[name]]
     return jnp.asarray(float(getattr(p.config, name)), jnp.float32)
 
 

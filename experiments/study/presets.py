@@ -299,7 +299,7 @@ class Plan:
     @property
     def space(self):
         """The tuned hyperparameters as an hcjax.Space."""
-        return Space(Hyperparameter(**entry) for entry in self.preset.space)
+        return Space(make_hyperparameter(entry) for entry in self.preset.space)
 
     @property
     def units(self) -> list[tuple[EnvChoice, str]]:
@@ -350,6 +350,25 @@ def choose_env(name: str, preset: Preset) -> EnvChoice:
     return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
 
 
+BOUND_KEYS = ("low", "high", "scale", "integer")  # what a categorical entry (options) must not give
+
+
+def make_hyperparameter(entry: Mapping) -> Hyperparameter:
+    """A space entry (a dict of Hyperparameter fields, or name, options and an optional
+    default option for a categorical) -> the Hyperparameter; ValueError for a categorical
+    entry that also gives bounds."""
+    if "options" not in entry:
+        return Hyperparameter(**entry)
+    mixed = [k for k in BOUND_KEYS if k in entry]
+    if mixed:
+        raise ValueError(f"{entry.get('name')!r} gives options, so it must not give {mixed} (a categorical has "
+                         f"options and an optional default; the others low, high, scale, integer)")
+    extra = sorted(set(entry) - {"name", "options", "default"})
+    if extra:
+        raise TypeError(f"unexpected key(s) {extra}")
+    return Hyperparameter.choice(entry.get("name"), entry["options"], entry.get("default"))
+
+
 def check_space(entries) -> tuple[dict, ...]:
     """Validate study-file space entries (dicts of Hyperparameter fields) by building the
     hcjax.Space; ValueError naming the entry. Empty: the paper's four."""
@@ -357,7 +376,7 @@ def check_space(entries) -> tuple[dict, ...]:
     params = []
     for i, entry in enumerate(entries):
         try:
-            params.append(Hyperparameter(**entry))
+            params.append(make_hyperparameter(entry))
         except TypeError as e:
             raise ValueError(f"space[{i}] {entry}: {e}") from None
         except ValueError as e:

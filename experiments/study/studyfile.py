@@ -31,6 +31,11 @@ tune_every 5, the paper's four hyperparameters, no overrides, both flags false):
     scale = "log"                      # "linear" (default) or "log"
     default = 3e-4                     # optional; integer = true for integers
 
+    [[space]]                          # a categorical: options instead of low/high/scale/integer
+    name = "batch_size"
+    options = [1024, 2048, 4096]       # numbers or strings; values are option indices
+    default = 2048                     # optional, one of the options (default: the first)
+
     [tuner.gp_ucb]                     # per-method tuner options
     buffer = 100
 
@@ -62,7 +67,7 @@ from typing import Any
 from experiments.study.presets import NAME, NAME_RULE, Preset
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Preset))
-HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default")
+HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default", "options")
 MAX_BYTES = 1 << 20  # a study file is a few kilobytes; anything over a mebibyte is a mistake
 MAX_DEPTH = 8  # the deepest a study file needs is 3 (env_ppo.LABEL.hidden_sizes)
 COUNTS = ("seeds", "iterations", "eval_every", "tune_every")
@@ -221,9 +226,12 @@ def _hyperparameter(i: int, entry) -> dict:
     unknown = sorted(set(entry) - set(HYPERPARAMETER_KEYS))
     if unknown:
         raise ValueError(f"space[{i}]: unknown key(s) {unknown}; allowed: {', '.join(HYPERPARAMETER_KEYS)}")
-    missing = [k for k in ("name", "low", "high") if k not in entry]
+    # A categorical giving bounds too is refused by presets.check_space, naming the entry.
+    required = ("name", "options") if "options" in entry else ("name", "low", "high")
+    missing = [k for k in required if k not in entry]
     if missing:
-        raise ValueError(f"space[{i}]: missing {missing} (every hyperparameter needs name, low, high)")
+        raise ValueError(f"space[{i}]: missing {missing} (every hyperparameter needs name and low, high, or "
+                         f"options)")
     return dict(entry)
 
 

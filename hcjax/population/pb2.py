@@ -32,6 +32,10 @@ Exploit: `hcjax.population.exploit.select`. Randomness: key -> (k_write, k_selec
 k_candidates, k_random) = jax.random.split(key, 4). Cost of one step: O(G F^3 + N^3 +
 N^2 M + N M^2 + r M^2), N = buffer, F = min(fit_points, N), G = 60 grid points, M =
 candidates + m, r agents replaced.
+
+Categorical hyperparameters: the GP sees each option as the centre (i + 0.5) / k of its
+bin in [0, 1] (`hcjax.space`), an ordinal encoding: adjacent options are treated as
+similar, so order the options accordingly.
 """
 from __future__ import annotations
 

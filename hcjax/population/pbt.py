@@ -17,6 +17,9 @@ hyperparameter independently,
   Tune does not clip). A linear value of exactly 0 stays 0 under any factor; only
   resampling moves it.
 
+Categorical hyperparameters (values hold option indices) are never multiplied: with
+probability `resample_probability` a fresh uniform option, otherwise the donor's option.
+
 With `min_gap` (a float >= 0; None by default, Ray Tune's rule) a valid agent is
 replaced only if its donor's objective exceeds its own by more than min_gap: with
 min_gap=0 ties never cause a copy (`hcjax.population.exploit.select`).
@@ -85,6 +88,8 @@ def perturb(space: Space, key: jax.Array, values: jax.Array, resample_probabilit
     step = jnp.sign(factor - 1.0) * jnp.where(values < 0, -1.0, 1.0)
     integer_value = jnp.where(stuck, values + step, rounded)
     moved = jnp.where(space.is_integer, integer_value, scaled)
+    if space.is_categorical.any():
+        moved = jnp.where(space.is_categorical, values, moved)
     fresh = sample(space, k_uniform, shape[:-1])
     return space.clip(jnp.where(resample, fresh, moved))
 

@@ -62,34 +62,36 @@ class SharedControllerState(C.ModelViews):
 def hypercontroller_shared(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0,
                            memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Population:
     """HyperController with ridge models shared by the population; options as the
-    hypercontroller tuner: d arms (>= 2), memory s (1..3), ridge > 0, beta >= 0."""
+    hypercontroller tuner: d arms (>= 2), memory s (1..3), ridge > 0, beta >= 0; one arm
+    per option of a categorical, D = max(d, options) arms at most, as the tuner's."""
     name = "hypercontroller_shared"
     d, s, ridge, beta = C.check_options(name, d, s, ridge, beta)
     h = space.h
-    if d ** s >= 2 ** 31:
-        raise ValueError(f"{name}: d**s must be < 2**31 (contexts are int32 indices), got d={d}, s={s}")
+    grid, n_arms, D, masked = C.controller_arms(space, d)  # (h, D), (h,)
+    if D ** s >= 2 ** 31:
+        raise ValueError(f"{name}: d**s must be < 2**31 (contexts are int32 indices "
+                         f"in base D = max(d, options) = {D}), got d={d}, s={s}")
     width = s * s + 2 * s
-    grid = jnp.asarray(space.grid(d))  # (h, d)
     rows = jnp.arange(h)
 
     def memory_bytes(n: int) -> int:
         """The models twice (step returns a copy) plus per-agent state and (n, h, d, width) temporaries."""
-        return 2 * 4 * h * d ** s * d * width + 4 * n * h * (2 * s + 2 + 2 * d * (width + 2)) + 4096
+        return 2 * 4 * h * D ** s * D * width + 4 * n * h * (2 * s + 2 + 2 * D * (width + 2)) + 4096
 
     def init(key, n):
         n = check_population_size(name, n)
-        check_population_memory(name, memory_bytes(n), memory_limit_gib, n, f"d={d}, s={s}, h={h}")
+        check_population_memory(name, memory_bytes(n), memory_limit_gib, n, f"d={d} (D={D}), s={s}, h={h}")
         zeros = jnp.zeros((s,), jnp.float32)
         prior = C.pack_models(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros)
-        arms = jax.vmap(lambda k: jax.random.randint(k, (h,), 0, d, jnp.int32))(jax.random.split(key, n))
+        arms = jax.vmap(lambda k: C.draw_arms(k, n_arms, D, masked))(jax.random.split(key, n))
         state = SharedControllerState(
-            models=jnp.broadcast_to(prior, (h, d ** s, d, width)),
+            models=jnp.broadcast_to(prior, (h, D ** s, D, width)),
             history=jnp.zeros((n, h, s), jnp.int32), window=jnp.zeros((n, s), jnp.float32), arms=arms,
             t=jnp.zeros((n,), jnp.int32), n_invalid=jnp.zeros((n,), jnp.int32))
         return state, grid[rows, arms]
 
     def contexts(history):
-        return jax.vmap(C.context_index, (0, None))(history, d)  # (n, h)
+        return jax.vmap(C.context_index, (0, None))(history, D)  # (n, h)
 
     def tell(state, x, valid):
         n = x.shape[0]
@@ -117,8 +119,10 @@ def hypercontroller_shared(space: Space, *, d: int = 10, s: int = 1, ridge: floa
     def ask(state, key):
         n = state.t.shape[0]
         ctx = contexts(state.history)
-        V, _, G = C.unpack_models(state.models[rows[None, :], ctx], s)  # (n, h, d, s, s), (n, h, d, s)
-        scores = C.arm_scores(V, G, state.window[:, None, None, :], (state.t >= s)[:, None, None], beta)  # (n, h, d)
+        V, _, G = C.unpack_models(state.models[rows[None, :], ctx], s)  # (n, h, D, s, s), (n, h, D, s)
+        scores = C.arm_scores(V, G, state.window[:, None, None, :], (state.t >= s)[:, None, None], beta)  # (n, h, D)
+        if masked:
+            scores = C.masked_scores(scores, n_arms)
         arms = jax.vmap(C.break_ties)(jax.random.split(key, n), scores)
         return state.replace(arms=arms), grid[rows, arms]
 

@@ -36,7 +36,8 @@ def constant_memory(h: int) -> int:
 
 def check_values(space: Space, values) -> np.ndarray:
     """`fixed.values` -> (h,) float32: h real numbers (a sequence or a 1-D array; Python,
-    NumPy or JAX scalars, not bools), finite, each inside its hyperparameter's bounds."""
+    NumPy or JAX scalars, not bools), finite, each inside its hyperparameter's bounds
+    (the option index 0..k-1 for a categorical, as every tuner's values)."""
     if hasattr(values, "shape") and hasattr(values, "dtype"):
         entries = list(np.asarray(values)) if np.ndim(values) == 1 else None
     else:
@@ -59,7 +60,8 @@ def check_values(space: Space, values) -> np.ndarray:
 
 @register("fixed")
 def fixed(space: Space, *, values=None, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
-    """Always `values` ((h,) natural units; default: each hyperparameter's default)."""
+    """Always `values` ((h,) natural units, option indices for categoricals; default: each
+    hyperparameter's default, the default option's index for a categorical)."""
     config = space.default if values is None else check_values(space, values)
     memory = check_memory("fixed", constant_memory(space.h), memory_limit_gib, f"h={space.h} hyperparameters")
     config = jnp.asarray(space.clip(jnp.asarray(config)))

@@ -14,6 +14,10 @@ Kernel hyperparameters, fitted at every `ask`: the signal variance v is profiled
 the noise ratio r = noise / v (and, for PB2, eps) are the point of a fixed grid with the
 largest log marginal likelihood of the F most recent valid observations (the first in
 grid order among those within 1e-3 of the maximum).
+
+Categorical hyperparameters: the GP sees each option as the centre (i + 0.5) / k of its
+bin in [0, 1] (`hcjax.space`), an ordinal encoding: adjacent options are treated as
+similar, so order the options accordingly.
 """
 from __future__ import annotations
 

@@ -15,6 +15,12 @@ Cost: ask O(h d s) (+ O(h d s^3) with beta > 0), tell O(h s^3 + h d s^2); no loo
 over arms. The memory layout (ControllerState) and the tie-break (break_ties) are
 chosen for speed on XLA:CPU, where many vmapped controllers are latency-bound.
 
+Categorical hyperparameters: one arm per option. Hyperparameter i has n_arms[i] arms
+(k options for a categorical, d otherwise, at the values of `space.grid(d)`); the arm
+axis has size D = max(n_arms) (contexts in base D), and arms j >= n_arms[i] are masked:
+never drawn by `init`, scored -inf by `ask` (a real arm's NaN score counts as
+-FLOAT32_MAX, so it still beats them). Without categoricals D = d and nothing is masked.
+
 Invalid objectives (non-finite, or |X| > MAX_ABS_OBJECTIVE) are ignored entirely: the
 models, the window Xi, the contexts and t are left unchanged and `n_invalid` counts
 them, so the controller behaves as if that iteration had not happened.
@@ -26,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from hcjax.space import Space
+from hcjax.space import FLOAT32_MAX, Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_float, check_int, check_memory, register, valid_objective
 
 
@@ -177,6 +183,27 @@ def break_ties(key: jax.Array, scores: jax.Array) -> jax.Array:
     return jax.lax.reduce((scores.astype(jnp.float32), priority, arm), init, better, (scores.ndim - 1,))[2]
 
 
+def masked_scores(scores: jax.Array, n_arms: jax.Array) -> jax.Array:
+    """(..., h, D) scores, (h,) arm counts -> scores with arms j >= n_arms[i] at -inf and
+    the real arms' NaN and -inf at -FLOAT32_MAX (so a real arm always wins)."""
+    real = jnp.where(jnp.isnan(scores) | (scores == -jnp.inf), -FLOAT32_MAX, scores)
+    arm = jnp.arange(scores.shape[-1])
+    return jnp.where(arm < n_arms[:, None], real, -jnp.inf)
+
+
+def controller_arms(space: Space, d: int) -> tuple[jax.Array, jax.Array, int, bool]:
+    """(h, D) arm values, (h,) int32 arm counts, D, and whether any arm is masked
+    (`Space.arm_grid`; D = d and no mask without categoricals)."""
+    grid, n_arms = space.arm_grid(d)
+    D = grid.shape[1]
+    return jnp.asarray(grid), jnp.asarray(n_arms), D, bool(np.any(n_arms < D))
+
+
+def draw_arms(key: jax.Array, n_arms: jax.Array, D: int, masked: bool) -> jax.Array:
+    """(h,) int32 uniform initial arms, arm i in [0, n_arms[i])."""
+    return jax.random.randint(key, n_arms.shape, 0, n_arms if masked else D, jnp.int32)
+
+
 def controller_memory(h: int, d: int, s: int) -> int:
     """Estimated peak bytes of one controller: the state twice (a jitted tell returns a
     new copy of `models`, (h, d^s, d, s*s + 2s) float32) plus ask's (h, d, .) temporaries."""
@@ -189,35 +216,39 @@ def controller_memory(h: int, d: int, s: int) -> int:
 def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0,
                     memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """HyperController over `space` with d arms per hyperparameter, memory s, ridge
-    lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm).
-    Memory per agent: about 8 h d^(s+1) (s^2 + 2s) bytes (`controller_memory`)."""
+    lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm); a
+    categorical has one arm per option (module docstring). Memory per agent: about
+    8 h D^(s+1) (s^2 + 2s) bytes, D = max(d, options) (`controller_memory`)."""
     d, s, ridge, beta = check_options("hypercontroller", d, s, ridge, beta)
     h = space.h
-    memory = check_memory("hypercontroller", controller_memory(h, d, s), memory_limit_gib,
-                          f"d={d}, s={s} (with h={h} hyperparameters)")
-    if d ** s >= 2 ** 31:
-        raise ValueError(f"hypercontroller: d**s must be < 2**31 (contexts are int32 indices), got d={d}, s={s}")
-    n_ctx = d ** s
-    grid = jnp.asarray(space.grid(d))  # (h, d)
+    grid, n_arms, D, masked = controller_arms(space, d)  # (h, D), (h,)
+    memory = check_memory("hypercontroller", controller_memory(h, D, s), memory_limit_gib,
+                          f"d={d}, s={s} (with h={h} hyperparameters, {D} arms at most)")
+    if D ** s >= 2 ** 31:
+        raise ValueError(f"hypercontroller: d**s must be < 2**31 (contexts are int32 indices "
+                         f"in base D = max(d, options) = {D}), got d={d}, s={s}")
+    n_ctx = D ** s
     rows = jnp.arange(h)
 
     def init(key):
         zeros = jnp.zeros((s,), jnp.float32)
         prior = pack_models(ridge * jnp.eye(s, dtype=jnp.float32), zeros, zeros)  # V = ridge I, B = G = 0
         return ControllerState(
-            models=jnp.broadcast_to(prior, (h, n_ctx, d, prior.size)),
-            current=jnp.broadcast_to(prior, (h, d, prior.size)),
+            models=jnp.broadcast_to(prior, (h, n_ctx, D, prior.size)),
+            current=jnp.broadcast_to(prior, (h, D, prior.size)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
-            arms=jax.random.randint(key, (h,), 0, d, jnp.int32),
+            arms=draw_arms(key, n_arms, D, masked),
             t=jnp.zeros((), jnp.int32),
             n_invalid=jnp.zeros((), jnp.int32),
         )
 
     def predictions(state):
-        """(h, d): the score of every arm of every hyperparameter in the current context."""
-        V, _, G = unpack_models(state.current, s)  # (h, d, s, s), (h, d, s)
-        return arm_scores(V, G, state.window, state.t >= s, beta)
+        """(h, D): the score of every arm of every hyperparameter in the current context
+        (-inf for the masked arms)."""
+        V, _, G = unpack_models(state.current, s)  # (h, D, s, s), (h, D, s)
+        scores = arm_scores(V, G, state.window, state.t >= s, beta)
+        return masked_scores(scores, n_arms) if masked else scores
 
     def ask(state, key):
         state = state.replace(arms=break_ties(key, predictions(state)))
@@ -227,7 +258,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         x = jnp.asarray(objective, jnp.float32)
         valid = valid_objective(x)
         x = jnp.where(valid, x, 0.0)
-        idx = (rows, context_index(state.history, d), state.arms)
+        idx = (rows, context_index(state.history, D), state.arms)
         xi = state.window
         old = state.current[rows, state.arms]  # (h, s*s + 2s), = state.models[idx]
         V_old, B_old, _ = unpack_models(old, s)
@@ -241,8 +272,8 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         history = jnp.where(valid, jnp.concatenate([state.history[:, 1:], state.arms[:, None]], axis=1),
                             state.history)
         t = state.t + valid.astype(jnp.int32)
-        # The next contexts' models, gathered as whole (d * (s*s + 2s),) rows (20 % faster than (d, s*s + 2s)).
-        current = models.reshape(h, n_ctx, -1)[rows, context_index(history, d)].reshape(state.current.shape)
+        # The next contexts' models, gathered as whole (D * (s*s + 2s),) rows (20 % faster than (d, s*s + 2s)).
+        current = models.reshape(h, n_ctx, -1)[rows, context_index(history, D)].reshape(state.current.shape)
         return state.replace(models=models, current=current, window=window, history=history, t=t,
                              n_invalid=state.n_invalid + (~valid).astype(jnp.int32))
 
