@@ -51,7 +51,17 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
     np.testing.assert_array_equal(np.asarray(state.env_state.time), before.env_state.time)  # envs stay
 
 
-def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path):
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The output directory of STUDY (pbt and pb2_population) run by `hcjax run`."""
+    path = tmp_path_factory.mktemp("pop") / "pop.toml"
+    path.write_text(STUDY)
+    out = path.parent / "out"
+    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path, study):
     plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
     env = plan.envs[0]
     key = unit_keys(plan)[(env.label, "pbt")]
@@ -68,7 +78,7 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path)
         return engine.run_units(plan, env, ["pbt"], {"pbt": key}, on_segment=on_segment,
                                 checkpoint=checkpoint)[0]
 
-    whole = run(R.StudyDir(tmp_path / "whole"))
+    whole = {u.meta["method"]: u for u in R.StudyDir(study).units()}["pbt"]  # the same unit, never stopped
     store = R.StudyDir(tmp_path / "killed")
     with pytest.raises(KeyboardInterrupt):
         run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
@@ -80,13 +90,8 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path)
     assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)
 
 
-def test_a_study_with_population_methods_saves_lineage_and_draws_it(tmp_path, capsys):
-    path = tmp_path / "pop.toml"
-    path.write_text(STUDY)
-    out = tmp_path / "out"
-    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    units = {u.meta["method"]: u for u in R.StudyDir(out).units()}
+def test_a_study_with_population_methods_saves_lineage_and_draws_it(study):
+    units = {u.meta["method"]: u for u in R.StudyDir(study).units()}
     for method in ("pbt", "pb2_population"):
         u = units[method]
         assert u.lineage_iteration.tolist() == [2, 4] and u.lineage_parent.shape == (4, 2)
@@ -94,7 +99,7 @@ def test_a_study_with_population_methods_saves_lineage_and_draws_it(tmp_path, ca
         parents = u.lineage_parent
         assert np.all((parents >= 0) & (parents < 4))
         assert np.sum(parents != np.arange(4)[:, None]) >= 1  # quantile 0.25 of 4: one copy per step
-        png = out / "figures" / f"lineage_CartPole-v1__{method}.png"
+        png = study / "figures" / f"lineage_CartPole-v1__{method}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert u.tuner_time.shape == (6,) and u.tuner_time.sum() > 0
 
