@@ -102,7 +102,11 @@ def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
     unit: exit 130 after the first unit was saved, and nothing of the group survives."""
     out = tmp_path / "s"
-    proc = hcjax([*MINI, "--methods", "fixed", "random", "--out", out], start_new_session=True)
+    # A terminal's foreground job: SIGINT at its default, even where this test itself was
+    # started in the background by a non-interactive shell (which ignores SIGINT, and the
+    # run would inherit that and rightly keep ignoring it).
+    proc = hcjax([*MINI, "--methods", "fixed", "random", "--out", out], start_new_session=True,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_file(proc, R.StudyDir(out).unit_path("CartPole-v1", "fixed"))
     os.killpg(proc.pid, signal.SIGINT)
     log, _ = proc.communicate(timeout=120)
