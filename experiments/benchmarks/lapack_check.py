@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 import hcjax
+from agents.networks import orthogonal
 from experiments import deps
 from experiments.benchmarks import bench_tuners
 from experiments.benchmarks.timing import print_table, write_json_atomic
@@ -39,12 +38,12 @@ COLUMNS = ["workload", "path", "jax", "finished", "hung", "median_s", "range_s"]
 
 def orthogonal_init(batched: bool) -> float:
     """16 vmapped inits of a 3x256 MLP's orthogonal kernels (the QR of PPO's networks) ->
-    seconds. flax's own initializer, wrapped in `platform_batched` so the path is forced."""
-    base = nn.initializers.orthogonal(1.0)
+    seconds, with `agents.networks.orthogonal`: flax's initializer whose vmap path
+    `lapack_batching` forces."""
+    init = orthogonal(1.0)
 
     def init_one(key):
-        keys = jax.random.split(key, 3)
-        return [gp.platform_batched(lambda k: base(k, (256, 256), jnp.float32))(k) for k in keys]
+        return [init(k, (256, 256)) for k in jax.random.split(key, 3)]
 
     t0 = time.perf_counter()
     with gp.lapack_batching(batched):
