@@ -140,7 +140,7 @@ class HostTuner:
         self._n_asks += 1
         out = {}
         for p, v in zip(self.space.hyperparameters, np.asarray(values).tolist()):
-            out[p.name] = p.options[int(v)] if p.options is not None else int(v) if p.integer else float(v)
+            out[p.name] = p.option_at(v) if p.options is not None else int(v) if p.integer else float(v)
         return out
 
     def tell(self, objective) -> None:

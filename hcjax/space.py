@@ -216,6 +216,10 @@ class Hyperparameter:
         """k for a categorical, 0 otherwise."""
         return 0 if self.options is None else len(self.options)
 
+    def option_at(self, index) -> str | int | float:
+        """A categorical's option at a tuner value: the index rounded and clipped to [0, k - 1]."""
+        return self.options[int(np.clip(np.round(index), 0, self.n_options - 1))]
+
     @property
     def default_value(self) -> float:
         """The `default`, or the middle of the scale (geometric mean for log)."""
@@ -407,7 +411,7 @@ class Space:
         categorical}, for logs and tables (concrete values only: under jit use `as_dict`)."""
         out = {}
         for p, v in zip(self.hyperparameters, np.asarray(values)):
-            out[p.name] = float(v) if p.options is None else p.options[int(np.clip(np.round(v), 0, p.n_options - 1))]
+            out[p.name] = float(v) if p.options is None else p.option_at(v)
         return out
 
 
