@@ -429,7 +429,11 @@ def cmd_export(args) -> int:
         check_writable_dir(out, "--out", root=None if args.out else store.path)
     except ValueError as e:
         raise UsageError(e) from None
-    for path in export.write(units, out, args.format):
+    try:
+        paths = export.write(units, out, args.format)
+    except ValueError as e:
+        raise UsageError(e) from None
+    for path in paths:
         print(path)
     return 0
 

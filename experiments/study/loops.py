@@ -21,6 +21,7 @@ from agents import driver
 from agents.population import PopulationLoop
 from experiments.study.checkpoints import Checkpoint, Record
 from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
+from experiments.study.plan import segments
 from hcjax.tuners.stacked import select
 
 
@@ -28,16 +29,6 @@ def compiled(jitted, *args, fast: bool = False):
     """Ahead-of-time compile `jitted` for `args`; fast: XLA backend optimisation level 0."""
     lowered = jitted.lower(*args)
     return lowered.compile(compiler_options={"xla_backend_optimization_level": 0}) if fast else lowered.compile()
-
-
-def segments(iterations: int, eval_every: int, ready: int | None = None) -> list[int]:
-    """Lengths of the host-side segments: they end at every multiple of eval_every (an
-    evaluation), of `ready` (a population step) when given, and at `iterations`."""
-    ends = set(range(eval_every, iterations, eval_every)) | {iterations}
-    if ready:
-        ends |= set(range(ready, iterations, ready))
-    ends = sorted(ends)
-    return [b - a for a, b in zip([0] + ends[:-1], ends)]
 
 
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
@@ -173,4 +164,6 @@ def run_host_unit(learner, tuner, seed_ids: np.ndarray, eval_every: int,
         on_segment(length)
 
     driver.run(learner.config, learner.env, tuner, keys, eval_every=eval_every, callback=callback, states=states)
-    return record.result(t0)
+    out = record.result(t0)
+    out["segment_seconds"] = np.asarray(record.seg_times)
+    return out

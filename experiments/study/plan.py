@@ -112,3 +112,13 @@ def merge_configs(old: dict, new: dict) -> dict:
     merged["envs"] = [e["label"] for e in merged["env_choices"]]
     merged["methods"] = list(dict.fromkeys(list(old.get("methods", [])) + list(new.get("methods", []))))
     return merged
+
+
+def segments(iterations: int, eval_every: int, ready: int | None = None) -> list[int]:
+    """Lengths of the host-side segments: they end at every multiple of eval_every (an
+    evaluation), of `ready` (a population step) when given, and at `iterations`."""
+    ends = set(range(eval_every, iterations, eval_every)) | {iterations}
+    if ready:
+        ends |= set(range(ready, iterations, ready))
+    ends = sorted(ends)
+    return [b - a for a, b in zip([0] + ends[:-1], ends)]
