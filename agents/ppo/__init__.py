@@ -5,6 +5,7 @@
     state, metrics = learner.iterate(state, 10, 0)    # lax.scan of iterations 0..9
     ret = learner.evaluate(state, key)                # deterministic episode return
     train = make_train(config, env, tuner)            # train(key) -> (state, metrics)
+    make_train(config, env, tuner, eval_every=10)     # train(key) -> (state, metrics, evaluations)
     jax.jit(jax.vmap(train))(keys)                    # N agents, own nets/optimisers/tuners
 
 One iteration (all inside one jitted function):
@@ -57,10 +58,10 @@ Termination and time-limit truncation are both treated as terminal (no bootstrap
 
 Modules: config (PPOConfig, TUNABLE, check_space), stages (the pure stages: rollout,
 gae, update_epochs, ppo_loss, iteration_objective, episode_return), learner
-(LearnerState, Learner, make_learner, make_train).
+(LearnerState, Learner, make_learner, make_train, eval_key).
 """
 from agents.ppo.config import METRIC_KEYS, OBJECTIVES, OPTIMIZER_HPARAMS, REAL_FIELDS, TUNABLE, PPOConfig, check_space
-from agents.ppo.learner import INHERITED, Learner, LearnerState, make_learner, make_train
+from agents.ppo.learner import INHERITED, Learner, LearnerState, eval_key, make_learner, make_train
 from agents.ppo.stages import (
                                all_finite,
                                episode_return,
@@ -74,6 +75,6 @@ from agents.ppo.stages import (
 )
 
 __all__ = ["INHERITED", "METRIC_KEYS", "OBJECTIVES", "OPTIMIZER_HPARAMS", "REAL_FIELDS", "TUNABLE", "Learner",
-           "LearnerState", "PPOConfig", "all_finite", "check_space", "epoch_order", "episode_return", "gae",
+           "LearnerState", "PPOConfig", "all_finite", "check_space", "epoch_order", "eval_key", "episode_return", "gae",
            "iteration_objective", "make_learner", "make_train", "minibatch_rows", "ppo_loss", "rollout",
            "update_epochs"]

@@ -148,19 +148,57 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, tuner_key=tuner_key, **bound)
 
 
-def make_train(config: PPOConfig, env, tuner) -> Callable:
+def make_train(config: PPOConfig, env, tuner, eval_every: int | None = None) -> Callable:
     """train(key) -> (final LearnerState, metrics with leading axis config.num_iterations)
     of one agent with its own `tuner` (an hcjax.Tuner). A Population acts on many agents
-    at once: it is refused (ValueError); `agents.driver.run` trains one."""
+    at once: it is refused (ValueError); `agents.driver.run` trains one.
+
+    eval_every: also evaluate after every `eval_every` iterations and after the last (as
+    a study does): train(key) -> (state, metrics, evaluations) with evaluations
+    {"iteration": (E,) int32 iterations done, "eval_return": (E,) float32}, each the
+    return of one deterministic (mean-action / argmax) episode of at most
+    config.eval_steps steps (`Learner.evaluate`, the study's evaluator) with the key
+    `eval_key(key, iteration)`. The evaluations draw no key of the training: the state
+    and metrics are those of train without them. JAX environments only."""
     if isinstance(tuner, Population):
         raise ValueError(f"make_train: trains one agent, and population method {tuner.name!r} acts on the agent "
                          f"axis; run it with agents.driver.run(config, env, population, keys)")
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"make_train: eval_every must be None (no evaluations) or an integer >= 1, got {eval_every!r}")
     learner = make_learner(config, env, tuner)
+    T = config.num_iterations
+    if eval_every is None:
+        return lambda key: learner.iterate(learner.init(key), T, 0)
+    every = min(eval_every, T)
+    full, rest = divmod(T, every)
+
+    def segment(state, key, start, length):
+        state, metrics = learner.iterate(state, length, start)
+        done = start + length
+        return state, metrics, learner.evaluate(state, eval_key(key, done))
 
     def train(key):
-        return learner.iterate(learner.init(key), config.num_iterations, 0)
+        def body(state, start):
+            state, metrics, ret = segment(state, key, start, every)
+            return state, (metrics, ret)
+
+        starts = jnp.arange(full, dtype=jnp.int32) * every
+        state, (metrics, returns) = jax.lax.scan(body, learner.init(key), starts)
+        metrics = jax.tree.map(lambda m: m.reshape(full * every, *m.shape[2:]), metrics)
+        iterations = (starts + every).astype(jnp.int32)
+        if rest:
+            state, last, ret = segment(state, key, full * every, rest)
+            metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, last)
+            returns, iterations = jnp.append(returns, ret), jnp.append(iterations, jnp.int32(T))
+        return state, metrics, {"iteration": iterations, "eval_return": jnp.asarray(returns, jnp.float32)}
 
     return train
+
+
+def eval_key(key, iteration):
+    """The key of the evaluation after `iteration` iterations of the agent of `key` (its
+    training never draws it): what a study's units and make_train(eval_every=...) use."""
+    return jax.random.fold_in(jax.random.fold_in(key, 1), iteration)
 
 
 # ---- the bound functions (first argument: the learner's Parts) ----------------------------

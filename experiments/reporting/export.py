@@ -44,7 +44,8 @@ Completeness: all tables are written into a fresh hidden directory beside `out`,
 after). A reader that finds `export.json` finds every table of one export. `out` must
 be a new or empty directory or a previous export (refused otherwise, so that no other
 file is deleted). Memory: the units are loaded (their arrays, tens of bytes per row)
-and each table is written one unit at a time, so memory does not grow with the text.
+and each table is written one unit at a time (CSV text CSV_CHUNK_ROWS rows at a time),
+so memory does not grow with the text (experiments/benchmarks/bench_export_memory.py).
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ FORMATS = ("csv", "parquet")
 LABELS = ("study", "env", "method")
 PER_ITERATION = ("train_reward", "objective", "episode_return", "frames", "rejected")
 MARKER = "export.json"
+CSV_CHUNK_ROWS = 8192
 CSV_READ_OPTIONS = {"keep_default_na": False, "na_values": [""]}
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 Columns = dict[str, np.ndarray]
@@ -227,7 +229,9 @@ class _CsvSink:
         if self.header is None:
             self.header = list(cols)
             self.writer.writerow(self.header)
-        self.writer.writerows(zip(*(_csv_text(cols[name]) for name in self.header)))
+        n = len(cols["seed"])
+        for start in range(0, n, CSV_CHUNK_ROWS):  # the text of a few thousand rows at a time
+            self.writer.writerows(zip(*(_csv_text(cols[name][start:start + CSV_CHUNK_ROWS]) for name in self.header)))
 
     def close(self) -> None:
         self.file.flush()

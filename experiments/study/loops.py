@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from agents import driver
 from agents.population import PopulationLoop
+from agents.ppo.learner import eval_key
 from experiments.study.checkpoints import Checkpoint, Record
 from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
 from experiments.study.plan import segments
@@ -68,7 +69,7 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
         init_args = (keys, jax.make_array_from_callback(which.shape, agents, lambda index: np.asarray(which)[index]))
 
     def evaluate(state, k, it):
-        return learner.evaluate(state, jax.random.fold_in(jax.random.fold_in(k, 1), it))
+        return learner.evaluate(state, eval_key(k, it))
 
     evaluate = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
                        out_shardings=agents)

@@ -1,0 +1,43 @@
+"""`ppo.make_train(..., eval_every=k)`: evaluation returns beside the training metrics,
+equal to evaluating the states of a plain segment-by-segment run, training unchanged."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import hcjax
+from agents import ppo
+
+CONFIG = ppo.PPOConfig(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,),
+                       eval_steps=20, num_iterations=3)
+
+
+@pytest.fixture(scope="module")
+def tuner():
+    return hcjax.make_tuner("fixed", hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, scale="log")]))
+
+
+def test_evaluations_every_k_iterations_and_after_the_last(tuner):
+    key = jax.random.key(3)
+    state, metrics, evals = jax.jit(ppo.make_train(CONFIG, "CartPole-v1", tuner, eval_every=2))(key)
+    plain_state, plain_metrics = jax.jit(ppo.make_train(CONFIG, "CartPole-v1", tuner))(key)
+    for name in metrics:  # the evaluations change nothing of the training
+        np.testing.assert_array_equal(metrics[name], plain_metrics[name])
+    jax.tree.map(np.testing.assert_array_equal, state.params, plain_state.params)
+    np.testing.assert_array_equal(evals["iteration"], [2, 3])
+    # reference: train segment by segment, evaluate each state with the study's evaluator and key
+    learner = ppo.make_learner(CONFIG, "CartPole-v1", tuner)
+    s, done, expected = learner.init(key), 0, []
+    for length in (2, 1):
+        s, _ = learner.iterate(s, length, done)
+        done += length
+        expected.append(learner.evaluate(s, ppo.eval_key(key, done)))
+    np.testing.assert_allclose(evals["eval_return"], np.asarray(expected), rtol=1e-6)
+    assert evals["eval_return"].dtype == np.float32 and np.all(np.asarray(expected) > 0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])
+def test_a_bad_eval_every_is_refused(tuner, bad):
+    with pytest.raises(ValueError, match="eval_every"):
+        ppo.make_train(CONFIG, "CartPole-v1", tuner, eval_every=bad)
