@@ -1,4 +1,4 @@
-"""The `hcjax` command (also `python -m experiments`): run, plot, export, bench, presets, info.
+"""The `hcjax` command (also `python -m experiments`): run, plot, export, replay, bench, presets, info.
 
 Its usage is argparse's help (`hcjax --help`, `hcjax run --help`, ...): `parser()` below
 is the one place it is written, exit statuses included (EXIT_STATUS).
@@ -25,7 +25,7 @@ from agents.envs.table import BY_NAME as BACKENDS
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots, tables
-from experiments.study import build, engine, presets, studyfile, tensorboard
+from experiments.study import build, engine, presets, schedules, studyfile, tensorboard
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
 from experiments.study.files import check_writable_dir
@@ -154,6 +154,13 @@ def parser() -> argparse.ArgumentParser:
     tidy.add_argument("--out", help="directory of the tables (default DIR/export)")
     tidy.add_argument("--format", nargs="+", choices=export.FORMATS, default=["csv"],
                       help="csv (default) and/or parquet")
+
+    again = sub.add_parser("replay", help="rerun the hyperparameter schedules a finished unit found on new seeds")
+    again.add_argument("dir", help="the study directory holding the unit")
+    again.add_argument("--unit", required=True, help="the unit's name, <env>__<method> as in DIR/units/")
+    again.add_argument("--seeds", type=int, nargs="+", required=True,
+                       help="seed ids of the new agents; seed j replays the unit's seed row j mod its seed count")
+    again.add_argument("--out", required=True, help="study directory the replayed unit is saved in")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
@@ -438,6 +445,17 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_replay(args) -> int:
+    try:
+        check_writable_dir(args.out, "--out")
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out)
+    except (ValueError, StudyBusy) as e:
+        raise UsageError(e) from None
+    path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])
+    print(f"replayed {args.unit} on seeds {list(args.seeds)}: {path}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     try:
         check_writable_dir(args.out, "--out")  # a file or an unwritable place: before any benchmark
@@ -456,8 +474,8 @@ def cmd_info(args) -> int:
     return 1 if problems else 0
 
 
-COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "bench": cmd_bench, "info": cmd_info,
-            "presets": cmd_presets}
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "replay": cmd_replay, "bench": cmd_bench,
+            "info": cmd_info, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

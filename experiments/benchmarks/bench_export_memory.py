@@ -86,9 +86,9 @@ def main(argv=None) -> dict:
         big, small = Path(tmp) / "big", Path(tmp) / "small"
         n = fabricate(big, max(1, args.rows // (seeds * iterations)), seeds, iterations)
         n_small = fabricate(small, 1, 10, 100)
-        for code in args.code:
-            base = peak_of_export(Path(code), small, Path(tmp) / "out_small")
-            full = peak_of_export(Path(code), big, Path(tmp) / "out_big")
+        for i, code in enumerate(args.code):
+            base = peak_of_export(Path(code), small, Path(tmp) / f"out_small{i}")
+            full = peak_of_export(Path(code), big, Path(tmp) / f"out_big{i}")
             rows.append({"code": code, "rows": n, "peak_mib": full["peak_mib"], "seconds": full["seconds"],
                          "peak_mib_1k_rows": base["peak_mib"],
                          "bytes_per_row": (full["peak_mib"] - base["peak_mib"]) * 2**20 / (n - n_small)})

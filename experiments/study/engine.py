@@ -106,7 +106,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
                                                  p.iterations)
         meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
                     config=unit_config(plan, env, method), hparam_names=list(sub.space.names),
-                    n_agents=int(len(ids)), n_devices=int(n_dev), devices=[str(d) for d in jax.devices()],
+                    fast_compile=bool(p.fast_compile), n_agents=int(len(ids)), n_devices=int(n_dev),
+                    devices=[str(d) for d in jax.devices()],
                     train_seconds=train_seconds, unit_seconds=float(time.perf_counter() - t0),
                     tuner_seconds=float(tuner_time.sum()),
                     tuning_time="host CPU replay of tell(+ask) for all agents with the run's objectives; "

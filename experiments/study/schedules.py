@@ -1,0 +1,111 @@
+"""Schedule replay (`experiments.replay`, `hcjax replay`): rerun the per-seed
+hyperparameter schedules a finished unit found, open-loop, on new seeds.
+
+A unit's schedule for its seed row i is `hparams[i]` (T, h): the values in effect at
+every iteration (option indices for categoricals). The replay trains new agents with
+the unit's own environment, PPO settings, space, iterations and evaluation cadence,
+with the `hcjax.tuners.schedule` tuner asked after every iteration (tune_every 1, which
+changes nothing else of PPO's numbers), so that iteration t of new seed j runs exactly
+the source's values at iteration t of source row j mod n (n source seeds): with as many
+new seeds as source seeds each schedule is replayed once, with k times as many each is
+replayed on k seeds. The replay uses the agents' keys of a study (seed id s: PRNGKey(s)),
+so replaying a unit on its own seed ids reproduces a `fixed` unit exactly and a tuner's
+unit in every number the tuner does not touch (the training is open-loop: nothing is
+told back). A population method's schedules replay the values only, not the network
+copies of its exploit steps. JAX environments only.
+
+The result is a `UnitResult` of method `replay_<source method>` (tuner_time zeros: a
+replay decides nothing; its meta names the source unit, its config the source rows);
+with `out`, it is saved as a unit of that study directory (`units/<env>__replay_<method>.npz`,
+readable by `experiments.load`, `hcjax export`, `hcjax plot`), and a replay already
+saved there with the same configuration is read back instead of rerun.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from agents.ppo import PPOConfig, make_learner
+from experiments.study import build
+from experiments.study.devices import padded_count
+from experiments.study.loops import run_jax_unit
+from experiments.study.plan import config_key, study_part
+from experiments.study.presets import make_hyperparameter
+from experiments.study.store import StudyDir, UnitResult, load_unit
+from hcjax.space import Space
+from hcjax.tuners.schedule import schedule
+
+
+def source_unit(source: str | os.PathLike, unit: str) -> UnitResult:
+    """The finished unit `unit` (its file stem, `<env>__<method>` as under units/) of the
+    study directory `source`; ValueError naming the units there when it is not one."""
+    store = StudyDir(source)
+    path = store.units_dir / f"{unit}.npz"
+    if not path.is_file():
+        there = sorted(p.stem for p in store.units_dir.glob("*.npz")) if store.units_dir.is_dir() else []
+        raise ValueError(f"unit: {unit!r} is not a finished unit of {store.path} (units: "
+                         f"{', '.join(there) or 'none'})")
+    return load_unit(path)
+
+
+def _seed_ids(seeds) -> np.ndarray:
+    ids = np.asarray(seeds)
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or len(set(ids)) != ids.size:
+        raise ValueError(f"seeds: must be a non-empty list of distinct whole numbers >= 0, got {seeds!r}")
+    return ids.astype(np.int64)
+
+
+def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str | os.PathLike | None = None,
+           on_segment=lambda k: None) -> UnitResult:
+    """Replay unit `unit` of study directory `source` on `seeds` (seed ids); see the
+    module docstring. out: a study directory to save the result in (None: not saved)."""
+    src = source_unit(source, unit)
+    ids = _seed_ids(seeds)
+    config = src.meta.get("config") or {}
+    env = config.get("env") or {}
+    if env.get("path") == "gymnasium":
+        raise ValueError(f"unit: {unit} runs a gymnasium (host) environment; replay runs JAX environments only")
+    space = Space(make_hyperparameter(e) for e in config["space"])
+    n_src, T = src.train_reward.shape
+    ppo = {k: tuple(v) if isinstance(v, list) else v for k, v in {**config["ppo"], **env.get("ppo", {})}.items()}
+    learner = make_learner(PPOConfig(**dict(ppo, num_iterations=T, tune_every=1)), build.environment(env["make"]),
+                           schedule(space, src.hparams))
+    S, method = len(ids), f"replay_{src.meta['method']}"
+    rows = (np.arange(S) % n_src).astype(np.int32)
+    replay_config = dict(config, method=method, seeds=[int(s) for s in ids],
+                         tuner={"source_unit": unit, "source_config_key": src.meta.get("config_key"),
+                                "rows": rows.tolist()})
+    key = config_key(replay_config)
+    store = None if out is None else StudyDir(out)
+    if store is not None and store.finished(src.meta["env"], method, key):
+        return load_unit(store.unit_path(src.meta["env"], method))
+    n = padded_count(S, len(jax.devices()))
+    agent_ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - S)])
+    t0 = time.perf_counter()
+    run = run_jax_unit(learner, agent_ids, T, config["eval_every"], on_segment,
+                       fast_compile=bool(src.meta.get("fast_compile", False)),
+                       which=(np.arange(n) % n_src).astype(np.int32))
+    meta = dict(env=src.meta["env"], method=method, make=src.meta.get("make"), path=src.meta.get("path"),
+                config=replay_config, config_key=key, study_key=config_key(study_part(replay_config)),
+                hparam_names=list(space.names), source=dict(directory=str(Path(source)), unit=unit),
+                fast_compile=bool(src.meta.get("fast_compile")), n_agents=int(n), n_devices=len(jax.devices()),
+                devices=[str(d) for d in jax.devices()], train_seconds=float(run["train_seconds"]),
+                unit_seconds=float(time.perf_counter() - t0), tuner_seconds=0.0,
+                segment_seconds=[float(x) for x in run["segment_seconds"]],
+                tuning_time="none: a replay decides nothing")
+    result = UnitResult(
+        seeds=ids.astype(np.int32), train_reward=np.asarray(run["train_reward"][:S], np.float32),
+        objective=np.asarray(run["objective"][:S], np.float32), hparams=np.asarray(run["hparams"][:S], np.float32),
+        frames=np.asarray(run["frames"][:S], np.int64), rejected=np.asarray(run["rejected"][:S], np.int32),
+        episode_return=np.asarray(run["episode_return"][:S], np.float32),
+        eval_iteration=np.asarray(run["eval_iteration"], np.int32),
+        eval_reward=np.asarray(run["eval_reward"][:S], np.float32), tuner_time=np.zeros(T), meta=meta)
+    if store is not None:
+        with store.lock():
+            store.save_unit(result)
+    return result
