@@ -117,11 +117,11 @@ def test_readme_population_example_runs(capsys):
 def test_export_example_runs(monkeypatch):
     monkeypatch.chdir(ROOT)  # the example reads the committed population study by its relative path
     namespace = run_block(EXPORT)
-    units = namespace["units"]
-    lineage = namespace["lineage"]
-    assert len(lineage) == sum(u.lineage_parent.size for u in units) > 0
-    assert set(lineage[0]) == {"env", "method", "seed", "iteration", "parent", "objective"}
-    assert {row["method"] for row in lineage} == {"pbt", "pb2_population", "hypercontroller_shared"}
+    results, lineage = namespace["results"], namespace["lineage"]
+    assert len(lineage) == len(results.lineage) == sum(u.lineage_parent.size for u in results.units) > 0
+    assert list(lineage.columns) == ["study", "env", "method", "seed", "iteration", "parent", "objective"]
+    assert set(lineage["method"]) == {"pbt", "pb2_population", "hypercontroller_shared"}
+    assert namespace["final"]["hp_batch_size"].dtype == np.int64
 
 
 def test_categorical_example_runs():
