@@ -145,6 +145,10 @@ def test_an_interrupted_export_leaves_the_previous_one_whole(tmp_path, monkeypat
 
 
 def test_an_out_holding_other_files_is_refused(tmp_path, capsys):
+    (tmp_path / "lineage.csv").write_text("\n")  # an export of before export.json is replaced
+    export.write(load_units(POPULATION_STUDY)[:1], tmp_path)
+    assert len(pd.read_csv(tmp_path / "lineage.csv").columns) == 7
+    (tmp_path / export.MARKER).unlink()
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not an hcjax export"):
         export.write(load_units(POPULATION_STUDY)[:1], tmp_path)

@@ -282,10 +282,13 @@ def check_formats(formats: Iterable[str]) -> list[str]:
 
 
 def _check_out(out: Path) -> None:
-    """ValueError unless `out` is absent, an empty directory or a previous export."""
+    """ValueError unless `out` is absent, an empty directory or a previous export (with
+    its export.json, or holding only table files, as exports before export.json did)."""
     if out.is_symlink():
         raise ValueError(f"--out {out} is a symbolic link; give the directory itself")
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
+    tables = {f"{name}.{fmt}" for name in TABLES for fmt in FORMATS}
+    if out.exists() and (not out.is_dir() or not ((out / MARKER).is_file()
+                                                  or {p.name for p in out.iterdir()} <= tables)):
         raise ValueError(f"--out {out} holds files that are not an hcjax export; an export replaces its whole "
                          f"directory, so give a new or empty directory (or a previous export's)")
 
