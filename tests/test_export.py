@@ -184,3 +184,22 @@ def test_duplicate_hparam_names_and_bad_formats_are_refused(tmp_path, capsys):
         export.write([unit], tmp_path, formats=("xlsx",))
     assert cli.main(["export", str(tmp_path / "nothing")]) == 2
     assert "nothing" in capsys.readouterr().err
+
+
+def test_categoricals_are_their_options_and_missing_segment_times_are_nan(tmp_path):
+    unit = load_units(POPULATION_STUDY)[0]
+    space = [dict(e) for e in unit.meta["config"]["space"]]
+    space[1] = {"name": "clip_eps", "options": ["small", "=big"]}
+    space[3] = {"name": "batch_size", "options": [32, 64, 128]}
+    index = np.arange(unit.hparams[..., 0].size).reshape(unit.hparams.shape[:2])
+    unit.hparams[..., 1], unit.hparams[..., 3] = index % 2, index % 3
+    unit.meta = dict(unit.meta, config=dict(unit.meta["config"], space=space))
+    del unit.meta["segment_seconds"]
+    it = experiments.reporting.frames.frames([unit]).iterations
+    assert it["hp_clip_eps"].tolist() == [["small", "=big"][i % 2] for i in index.reshape(-1)]
+    assert it["hp_batch_size"].tolist() == [(32, 64, 128)[i % 3] for i in index.reshape(-1)]
+    assert it["hp_batch_size"].dtype == np.int64 and it["wall_seconds"].isna().all()
+    export.write([unit], tmp_path / "x")
+    csv = pd.read_csv(tmp_path / "x" / "iterations.csv", **export.CSV_READ_OPTIONS)
+    assert set(csv["hp_clip_eps"]) == {"small", "'=big"} and csv["wall_seconds"].isna().all()
+    assert csv["hp_batch_size"].tolist() == it["hp_batch_size"].tolist()
