@@ -52,6 +52,8 @@ def test_unknown_units_and_bad_seeds_are_refused(study, tmp_path, capsys):
     assert cli.main(["replay", str(out), "--unit", "CartPole-v1__pbt", "--seeds", "1", "--out",
                      str(tmp_path / "r")]) == 2
     assert "CartPole-v1__fixed, CartPole-v1__random" in capsys.readouterr().err
+    assert cli.main(["replay", str(out), "--unit", "CartPole-v1__fixed", "--seeds", "1", "--out", str(out)]) == 2
+    assert "is the source study directory" in capsys.readouterr().err
     with pytest.raises(ValueError, match="seeds"):
         experiments.replay(out, "CartPole-v1__fixed", [1, 1])
 

@@ -18,7 +18,8 @@ The result is a `UnitResult` of method `replay_<source method>` (tuner_time zero
 replay decides nothing; its meta names the source unit, its config the source rows);
 with `out`, it is saved as a unit of that study directory (`units/<env>__replay_<method>.npz`,
 readable by `experiments.load`, `hcjax export`, `hcjax plot`), and a replay already
-saved there with the same configuration is read back instead of rerun.
+saved there with the same configuration is read back instead of rerun; a directory
+holding another study (the source's own, for one) is refused.
 """
 from __future__ import annotations
 
@@ -80,10 +81,15 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     replay_config = dict(config, method=method, seeds=[int(s) for s in ids],
                          tuner={"source_unit": unit, "source_config_key": src.meta.get("config_key"),
                                 "rows": rows.tolist()})
-    key = config_key(replay_config)
+    key, skey = config_key(replay_config), config_key(study_part(replay_config))
     store = None if out is None else StudyDir(out)
-    if store is not None and store.finished(src.meta["env"], method, key):
-        return load_unit(store.unit_path(src.meta["env"], method))
+    if store is not None:
+        if store.path.resolve() == Path(source).resolve():
+            raise ValueError(f"out: {store.path} is the source study directory; a replay is another study (other "
+                             f"seeds, no tuner): give another --out")
+        store.check_study(study_part(replay_config), skey)
+        if store.finished(src.meta["env"], method, key):
+            return load_unit(store.unit_path(src.meta["env"], method))
     n = padded_count(S, len(jax.devices()))
     agent_ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - S)])
     t0 = time.perf_counter()
@@ -91,7 +97,7 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
                        fast_compile=bool(src.meta.get("fast_compile", False)),
                        which=(np.arange(n) % n_src).astype(np.int32))
     meta = dict(env=src.meta["env"], method=method, make=src.meta.get("make"), path=src.meta.get("path"),
-                config=replay_config, config_key=key, study_key=config_key(study_part(replay_config)),
+                config=replay_config, config_key=key, study_key=skey,
                 hparam_names=list(space.names), source=dict(directory=str(Path(source)), unit=unit),
                 fast_compile=bool(src.meta.get("fast_compile")), n_agents=int(n), n_devices=len(jax.devices()),
                 devices=[str(d) for d in jax.devices()], train_seconds=float(run["train_seconds"]),
