@@ -231,8 +231,8 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                 result.meta["study_key"] = study_key
                 if writer:
                     paths.append(store.save_unit(result))
-                log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s "
-                    f"(tuning {result.meta['tuner_seconds']:.3g} s)")
+                log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s, of which "
+                    f"the tuner's own ask and tell took {result.meta['tuner_seconds']:.3g} s")
                 bar.update(1, note=f"{env.label} / {result.meta['method']}")
             checkpoint.remove()
     return paths
