@@ -164,17 +164,16 @@ def budget_text(b: dict, names: dict[str, str] | None = None) -> str:
 
 
 def summary_text(rows: list[dict]) -> str:
-    """The aggregate verdicts in one sentence: which methods HC beats, is level with, loses to."""
+    """The aggregate verdicts in one sentence: which methods HC beats, is level with, loses to,
+    cannot be tested against (each named only where it has a method)."""
     agg = [r for r in rows if r["env"] == ALL]
     parts = []
-    for word, name in (("better", "better than"), ("not separated", "not separated from"), ("worse", "worse than")):
+    for word, name in (("better", "better than"), ("not separated", "not separated from"), ("worse", "worse than"),
+                       ("not testable", "not testable (one run in an environment) against")):
         names = [label(r["method"]) for r in agg if r["verdict"] == word]
-        parts.append(f"{name} {', '.join(names) if names else 'none'}")
-    text = f"Over all environments {label(BASELINE)} is " + "; ".join(parts) + "."
-    untestable = [label(r["method"]) for r in agg if r["verdict"] == "not testable"]
-    if untestable:
-        text += f" Not testable against {', '.join(untestable)} (one run in a stratum)."
-    return text
+        if names:
+            parts.append(f"{name} {', '.join(names)}")
+    return f"Over all environments {label(BASELINE)} is " + ("; ".join(parts) or "compared with no method") + "."
 
 
 def study_section(study: dict, relative_to: str | os.PathLike = "docs") -> str:
