@@ -107,7 +107,8 @@ def test_plot_without_hypercontroller_still_writes_every_output(tmp_path):
     plots.plot(tmp_path, reps=50)
     got = json.loads((tmp_path / "tables" / "aggregate.json").read_text())
     assert got["improvement"]["vs"] == {} and got["aggregates"]["random"]["iqm"] == 0.5  # a single run
-    assert "No HC units" in (tmp_path / "tables" / "aggregate.md").read_text()
+    assert "No HC (hypercontroller) units in this study: there is no claim to test" in \
+        (tmp_path / "tables" / "aggregate.md").read_text()
     assert (tmp_path / "figures" / "probability_of_improvement.png").stat().st_size > 1000
 
 
