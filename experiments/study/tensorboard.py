@@ -8,7 +8,8 @@ nothing is added to the compiled step. Runs (directories), per unit `<env>__<met
     OUT/tensorboard/<env>__<method>/over_seeds/events.out.tfevents.*   the method over its seeds
 
 A seed's tags, at step = iterations done: `train/episode_return` (the mean return of the
-episodes that ended in the iteration: the headline curve), `train/reward_per_step`,
+episodes that ended in the iteration, carried over one where none ended, NaN before the
+first: the headline curve), `train/reward_per_step`,
 `train/objective` and `hyperparameters/<name>` every iteration, `eval/reward` at every
 evaluation, `population/parent` (the seed whose network it took; itself when it kept its
 own) at every population step. At the end of the unit, the HParams dashboard's session
