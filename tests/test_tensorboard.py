@@ -237,3 +237,17 @@ def test_the_layout_check_refuses_a_link_at_every_depth_under_tensorboard(tmp_pa
     (run / "events.out.tfevents.1.host.2").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(PlantedLink, match="events.out.tfevents.1.host.2 is a symbolic link"):
         StudyDir(tmp_path).check_layout()
+
+
+def test_a_run_with_a_file_in_the_way_under_tensorboard_warns_before_training_and_finishes(tmp_path, capsys):
+    out = tmp_path / "out"
+    blocked = out / "tensorboard" / "CartPole-v1__fixed" / "seed_0"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("in the way")
+    code = cli.main(["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress",
+                     "--methods", "fixed", "--out", str(out), "--tensorboard"])
+    err = capsys.readouterr().err
+    assert code == 0 and [u.meta["method"] for u in load_units(out)] == ["fixed"]
+    warning = f"live TensorBoard logging stopped for CartPole-v1 / fixed: {blocked} is in the way"
+    assert err.count("live TensorBoard logging stopped") == 1 and warning in err
+    assert err.index(warning) < err.index("done CartPole-v1 / fixed")  # found before training
