@@ -25,6 +25,7 @@ from agents.envs.table import BY_NAME as BACKENDS
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots, tables
+from experiments.reporting.views import ran_as
 from experiments.study import build, engine, presets, schedules, studyfile, tensorboard
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
@@ -349,7 +350,8 @@ def _run_locked(args, plan, store, writer: bool) -> int:
     log(f"hcjax run: preset {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x {p.seeds} seed(s), "
         f"{p.iterations} iterations -> {store.path}")
     for e in plan.envs:
-        log(f"  {e.label}: {e.make} ({e.path}) - {e.why}")
+        runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
+        log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
     failures: list[engine.UnitFailure] = []
     try:
         engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log,

@@ -106,7 +106,55 @@ def test_verdict_words():
     assert claims.verdict([0.51, 0.9]) == "better"
     assert claims.verdict([0.1, 0.49]) == "worse"
     assert claims.verdict([0.5, 0.5]) == "not separated"
-    assert claims.verdict([float("nan")] * 2) == "–"
+    assert claims.verdict([float("nan")] * 2) == "no shared environment"
+
+
+def one_study(scores: dict) -> dict:
+    units = fake_units(scores)
+    envs, methods, _ = claims.grouped(units)
+    return {"path": ROOT / "results" / "x", "name": "x", "units": units, "env_names": {e: e for e in envs},
+            "single_seed": ST.single_seed_strata(claims.study_scores(units)), "rows": claims.claim_rows(units, 50),
+            "budget": {"envs": envs, "methods": methods, "seeds": (1, 3), "iterations": [5], "frames": (8, 8),
+                       "mean_frames": 8.0, "device": "cpu"}}
+
+
+def test_one_run_in_a_stratum_gives_no_verdict_and_the_warning_is_carried():
+    from experiments.reporting import tables
+
+    scores = {"hypercontroller": {"a": np.array([3.0])}, "random": {"a": np.array([1.0, 1.5, 2.0])}}
+    study = one_study(scores)
+    assert {r["verdict"] for r in study["rows"]} == {"not testable"}  # HC's single run is higher: no "better"
+    text = claims.study_section(study, ROOT / "docs")
+    assert "**better**" not in text and "not testable" in text and "One seed only in a / HC" in text
+    summary = ST.summarise(scores, reps=50)
+    assert summary["improvement"]["vs"]["random"]["significant"] is False
+    aggregate = tables.aggregate_table(summary)
+    assert "not testable (one run)" in aggregate and "yes, HC better" not in aggregate
+
+
+def test_a_study_without_hypercontroller_says_so():
+    from experiments.reporting import tables
+
+    scores = {"random": {"a": np.array([1.0, 2.0])}, "fixed": {"a": np.array([0.0, 3.0])}}
+    text = claims.study_section(one_study(scores), ROOT / "docs")
+    assert "no claim to test" in text and "better than none" not in text and "|" not in text
+    assert "no claim to test" in tables.aggregate_table(ST.summarise(scores, reps=50))
+
+
+def test_an_interval_near_one_half_shows_three_decimals():
+    from experiments.reporting.tables import probability_text
+
+    assert probability_text(0.41, [0.32, 0.496]) == "0.410 [0.320, 0.496]"
+    assert probability_text(0.56, [0.5, 0.69]) == "0.56 [0.50, 0.69]"  # exactly 0.5: two decimals agree
+    assert probability_text(0.56, [0.503, 0.69]) == "0.560 [0.503, 0.690]"
+
+
+def test_environments_are_named_as_they_ran():
+    from experiments.reporting.views import ran_as
+
+    assert ran_as({"env": "HalfCheetah-v4", "make": "halfcheetah", "path": "brax"}) == \
+        "Brax halfcheetah, standing in for HalfCheetah-v4"
+    assert ran_as({"env": "CartPole-v1", "make": "CartPole-v1", "path": "gymnax"}) == "CartPole-v1 (gymnax)"
 
 
 def gpu_unit(env, method, segments, fused):

@@ -55,15 +55,15 @@ def test_ranks_skip_methods_without_a_finite_median():
     assert tables.ranks({"a": np.nan}) == {"a": None}
 
 
-def test_results_table_shows_a_dash_and_no_rank_without_an_evaluation(tmp_path):
+def test_results_table_says_what_is_missing_and_ranks_nothing_without_an_evaluation(tmp_path):
     units = synthetic_study(tmp_path)
     rows = {(r["env"], r["method"]): r for r in tables.results_rows(units)}
     assert rows[("A", "random")]["rank"] is None
     assert rows[("A", "hypercontroller")]["rank"] == 1 and rows[("A", "fixed")]["rank"] == 2  # medians 20, 5
     assert rows[("B", "hypercontroller")]["rank"] == 1 and rows[("B", "random")]["rank"] == 2  # -1 vs -3
     table = tables.results_table(units)
-    assert "| A | 20 [15, 25] (1) | – | 5 [2.5, 22.5] (2) |" in table
-    assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | - |" in table  # '-': no unit
+    assert "| A | 20 [15, 25] (1) | no final evaluation | 5 [2.5, 22.5] (2) |" in table
+    assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | no unit |" in table
 
 
 def test_plot_writes_the_aggregate_outputs_of_a_synthetic_study(tmp_path):
@@ -107,7 +107,8 @@ def test_plot_without_hypercontroller_still_writes_every_output(tmp_path):
     plots.plot(tmp_path, reps=50)
     got = json.loads((tmp_path / "tables" / "aggregate.json").read_text())
     assert got["improvement"]["vs"] == {} and got["aggregates"]["random"]["iqm"] == 0.5  # a single run
-    assert "No HC units" in (tmp_path / "tables" / "aggregate.md").read_text()
+    assert "No HC (hypercontroller) units in this study: there is no claim to test" in \
+        (tmp_path / "tables" / "aggregate.md").read_text()
     assert (tmp_path / "figures" / "probability_of_improvement.png").stat().st_size > 1000
 
 

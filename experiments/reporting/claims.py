@@ -7,9 +7,10 @@ prints Markdown: per study, its budget and, for every other method X, the probab
 improvement P(HC > X) with its 95% stratified-bootstrap interval over all environments (the
 numbers of the study's `tables/aggregate.md`: same statistics, replicates and seed as `hcjax
 plot`) and on each environment alone (the same bootstrap restricted to that environment's
-seeds), with the verdict: `better` (interval above 0.5), `worse` (below 0.5) or `not
-separated` (it contains 0.5). Then, for the studies that ran on a GPU, an estimate of a study
-at the paper's budget from the rates measured there (`measured_rates`, `paper_estimate`).
+seeds), with the verdict: `better` (interval above 0.5), `worse` (below 0.5), `not
+separated` (it contains 0.5) or `not testable` (a method with one run in an environment).
+Then, for the studies that ran on a GPU, an estimate of a study at the paper's budget from
+the rates measured there (`measured_rates`, `paper_estimate`).
 """
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from experiments.reporting import stats as ST
-from experiments.reporting.views import BASELINE, grouped, study_scores
+from experiments.reporting.tables import one_run_warning, probability_text
+from experiments.reporting.views import BASELINE, env_names, grouped, study_scores
 from experiments.study.methods import label
 from experiments.study.store import load_units, read_manifest
 
 ALL = "all environments"
 VERDICTS = {"better": "better", "worse": "worse", "not significant": "not separated",
-            "no shared environment": "–"}
+            "not testable": "not testable", "no shared environment": "no shared environment"}
 
 # The paper's protocol (PAPER.md): 1000 iterations, batch size (frames per iteration) tuned in
 # [1000, 6000], 10 seeds per method and environment.
@@ -40,7 +42,8 @@ PAPER_SEEDS = 10
 # ---- verdicts ------------------------------------------------------------------------------
 
 def verdict(ci) -> str:
-    """'better' / 'worse' / 'not separated' for a [lo, hi] interval of P(HC > X) ('–' if NaN)."""
+    """'better' / 'worse' / 'not separated' for a [lo, hi] interval of P(HC > X) ('no shared
+    environment' if NaN)."""
     lo, hi = ci
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return VERDICTS["no shared environment"]
@@ -113,7 +116,8 @@ def study_claims(path: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) ->
     units = load_units(path)
     if not units:
         raise ValueError(f"claims: no units in {path}")
-    return {"path": Path(path), "name": Path(path).name, "units": units,
+    return {"path": Path(path), "name": Path(path).name, "units": units, "env_names": env_names(units),
+            "single_seed": ST.single_seed_strata(study_scores(units)),
             "budget": budget(units, read_manifest(path)), "rows": claim_rows(units, reps, seed)}
 
 
@@ -126,19 +130,22 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 def _cell(row: dict) -> str:
     if not np.isfinite(row["p"]):
-        return "–"
+        return "not run there"
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["verdict"], row["verdict"])
-    return f"{row['p']:.2f} [{row['ci'][0]:.2f}, {row['ci'][1]:.2f}] {mark}"
+    return f"{probability_text(row['p'], row['ci'])} {mark}"
 
 
-def claims_table(rows: list[dict]) -> str:
+def claims_table(rows: list[dict], names: dict[str, str] | None = None) -> str:
     """Markdown: a row per other method, a column for all environments then one per
-    environment; cells 'P [lo, hi] verdict' ('–' where the method lacks the environment)."""
+    environment (headed by `names`: env label -> what it ran as); cells 'P [lo, hi] verdict'
+    ('not run there' where the method lacks the environment)."""
+    names = names or {}
     columns = list(dict.fromkeys(r["env"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     by = {(r["env"], r["method"]): r for r in rows}
-    body = [[label(m)] + [_cell(by[(c, m)]) if (c, m) in by else "–" for c in columns] for m in methods]
-    head = [f"P({label(BASELINE)} > X)"] + ["all (aggregate)" if c == ALL else c for c in columns]
+    body = [[label(m)] + [_cell(by[(c, m)]) if (c, m) in by else "not run there" for c in columns]
+            for m in methods]
+    head = [f"P({label(BASELINE)} > X)"] + ["all (aggregate)" if c == ALL else names.get(c, c) for c in columns]
     return _md(head, body)
 
 
@@ -147,32 +154,41 @@ def _span(pair) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-def budget_text(b: dict) -> str:
-    """One sentence: the study's budget."""
+def budget_text(b: dict, names: dict[str, str] | None = None) -> str:
+    """One sentence: the study's budget (environments named by `names`, as they ran)."""
     iterations = ", ".join(str(t) for t in b["iterations"])
-    return (f"{len(b['envs'])} environments ({', '.join(b['envs'])}) × {len(b['methods'])} methods × "
+    envs = [(names or {}).get(e, e) for e in b["envs"]]
+    return (f"{len(b['envs'])} environments ({'; '.join(envs)}) × {len(b['methods'])} methods × "
             f"{_span(b['seeds'])} seeds; {iterations} iterations of {_span(b['frames'])} frames per iteration "
             f"(tuned; {b['mean_frames']:.0f} used on average); {b['device']}.")
 
 
 def summary_text(rows: list[dict]) -> str:
-    """The aggregate verdicts in one sentence: which methods HC beats, is level with, loses to."""
+    """The aggregate verdicts in one sentence: which methods HC beats, is level with, loses to,
+    cannot be tested against (each named only where it has a method)."""
     agg = [r for r in rows if r["env"] == ALL]
     parts = []
-    for word, name in (("better", "better than"), ("not separated", "not separated from"), ("worse", "worse than")):
+    for word, name in (("better", "better than"), ("not separated", "not separated from"), ("worse", "worse than"),
+                       ("not testable", "not testable (one run in an environment) against")):
         names = [label(r["method"]) for r in agg if r["verdict"] == word]
-        parts.append(f"{name} {', '.join(names) if names else 'none'}")
-    return f"Over all environments {label(BASELINE)} is " + "; ".join(parts) + "."
+        if names:
+            parts.append(f"{name} {', '.join(names)}")
+    return f"Over all environments {label(BASELINE)} is " + ("; ".join(parts) or "compared with no method") + "."
 
 
 def study_section(study: dict, relative_to: str | os.PathLike = "docs") -> str:
     """Markdown of one study: heading, budget, source link, the table and its one-line summary."""
     source = os.path.relpath(Path(study["path"]).resolve() / "tables" / "aggregate.md", Path(relative_to).resolve())
     source = Path(source).as_posix()
-    return (f"### {study['name']}\n\n"
-            f"Budget: {budget_text(study['budget'])} Source: [`{study['name']}/tables/aggregate.md`]({source}) "
-            f"(the 'all' column; the per-environment columns are computed here).\n\n"
-            + claims_table(study["rows"]) + "\n" + summary_text(study["rows"]) + "\n")
+    head = (f"### {study['name']}\n\n"
+            f"Budget: {budget_text(study['budget'], study['env_names'])} Source: "
+            f"[`{study['name']}/tables/aggregate.md`]({source}) (the 'all' column; the per-environment columns are "
+            f"computed here).\n\n")
+    if not study["rows"]:
+        return head + (f"No {label(BASELINE)} ({BASELINE}) units in this study, so there is no claim to test: "
+                       f"it compares {', '.join(label(m) for m in study['budget']['methods'])} only.\n")
+    warning = f"\n{one_run_warning(study['single_seed'])}\n" if study["single_seed"] else ""
+    return head + claims_table(study["rows"], study["env_names"]) + "\n" + summary_text(study["rows"]) + "\n" + warning
 
 
 # ---- the paper's budget on one GPU, from measured rates -----------------------------------
@@ -307,9 +323,12 @@ def render(paths, relative_to: str | os.PathLike = "docs", reps: int = ST.REPS, 
     each GPU study among them."""
     studies = [study_claims(p, reps, seed) for p in paths]
     text = ("Cells: P(HC > X) [95% CI] and the verdict: **better** where the interval lies above 0.5, "
-            "**worse** where it lies below, not separated where it contains 0.5. The aggregate is "
+            "**worse** where it lies below, not separated where it contains 0.5, not testable where either "
+            "method has one run in an environment (the bootstrap cannot vary a single run). Two decimals, three "
+            "where a number would otherwise show as 0.50. The aggregate is "
             "the study's `tables/aggregate.md`; an environment's cell is the same statistic on that "
-            "environment's seeds alone (fewer seeds, wider intervals).\n\n")
+            "environment's seeds alone (fewer seeds, wider intervals). Environments are named as they ran: "
+            "the backend and its environment, and the study's name for it where they differ.\n\n")
     text += "\n".join(study_section(s, relative_to) for s in studies)
     text += "".join("\n" + estimate_section(s, relative_to) for s in studies if on_gpu(s))
     return text

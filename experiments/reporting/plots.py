@@ -1,11 +1,13 @@
 """`hcjax plot DIR`: the paper's Figures 1-2 and tables from a study directory.
 
     figures/fig1_tuning_time.png  median (line) and interquartile band (shade) over seeds of
-                                  the training reward (left) and the evaluation reward sum
-                                  (right) against cumulative tuning time (log-scale minutes),
-                                  one row per environment
+                                  the training episode return (left: the mean return of the
+                                  episodes that ended in each iteration; the per-step reward
+                                  stays in the units, export and TensorBoard) and the
+                                  evaluation reward sum (right) against cumulative tuning
+                                  time (log-scale minutes), one row per environment
     figures/fig1_iterations.png   the same against training iterations
-    figures/fig2_final.png        box plots of the final training reward and the final
+    figures/fig2_final.png        box plots of the final training episode return and the final
                                   evaluation reward sum per method, one row per environment
     tables/success.md             seeds finishing without a rejected update or NaN (paper layout)
     tables/results.md             median final evaluation reward sum, IQR, rank per environment
@@ -35,8 +37,9 @@ from experiments.reporting import tables
 from experiments.reporting.views import (
     BASELINE,
     cumulative_minutes,
+    env_names,
     final_eval,
-    final_train,
+    final_return,
     grouped,
     quartiles,
     study_scores,
@@ -63,12 +66,14 @@ def _matplotlib():
 
 
 def figure1(units, path, x_axis: str = "time") -> Path:
-    """Median and IQR band of training reward and eval reward sum vs tuning time or iterations."""
+    """Median and IQR band of the training episode return and the eval reward sum vs tuning
+    time or iterations."""
     plt = _matplotlib()
     envs, methods, by = grouped(units)
     fig, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
     for row, env in enumerate(envs):
-        for col, (metric, title) in enumerate((("train", "training reward"), ("eval", "evaluation reward sum"))):
+        for col, (metric, title) in enumerate((("train", "training episode return"),
+                                               ("eval", "evaluation reward sum"))):
             ax = axes[row, col]
             xs = []
             for m in methods:
@@ -76,8 +81,8 @@ def figure1(units, path, x_axis: str = "time") -> Path:
                 if u is None:
                     continue
                 if metric == "train":
-                    y = u.train_reward
-                    idx = np.arange(u.train_reward.shape[1])
+                    y = u.episode_return
+                    idx = np.arange(u.episode_return.shape[1])
                 else:
                     y = u.eval_reward
                     idx = u.eval_iteration.astype(int) - 1
@@ -108,12 +113,12 @@ def figure1(units, path, x_axis: str = "time") -> Path:
 
 
 def figure2(units, path) -> Path:
-    """Box plots over seeds of the final training reward and final eval reward sum."""
+    """Box plots over seeds of the final training episode return and final eval reward sum."""
     plt = _matplotlib()
     envs, methods, by = grouped(units)
     fig, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
     for row, env in enumerate(envs):
-        for col, (fn, title) in enumerate(((final_train, "final training reward"),
+        for col, (fn, title) in enumerate(((final_return, "final training episode return"),
                                            (final_eval, "final evaluation reward sum"))):
             ax = axes[row, col]
             ms = [m for m in methods if (env, m) in by]
@@ -292,8 +297,7 @@ FIGURES = {
 
 # The tables of a study: name -> writer(units, summary) of its Markdown, in report order.
 TABLES = {
-    "success": lambda units, summary: "Seeds that finished without a rejected update or NaN (successful / run).\n\n"
-                                      + tables.success_table(units),
+    "success": lambda units, summary: tables.success_table(units),
     "results": lambda units, summary: tables.results_table(units),
     "tuning_time": lambda units, summary: tables.tuning_time_table(units),
     "aggregate": lambda units, summary: tables.aggregate_table(summary),
@@ -327,6 +331,7 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
     if not units:
         raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
     summary = ST.summarise(study_scores(units), baseline=BASELINE, reps=reps, seed=seed)
+    summary["env_names"] = env_names(units)  # what each environment ran as, for the tables
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
     for u in units:
         if u.lineage_iteration.size:

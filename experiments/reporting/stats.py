@@ -236,8 +236,11 @@ def improvement_over(scores: Scores, reference: str = "hypercontroller", reps: i
                      confidence: float = CONFIDENCE) -> dict:
     """other method -> P(reference > other) (`probability_of_improvement` on raw scores; a
     per-environment min-max normalisation would not change it) plus 'significant' (the
-    interval excludes 0.5) and 'verdict' ('better', 'worse', 'not significant' or 'no shared
-    environment'). {} when `reference` is not in the study."""
+    interval excludes 0.5, and no stratum has one run), 'one_run' (the shared environments
+    where either method has a single finite score: the bootstrap cannot vary them, so no
+    verdict is drawn) and 'verdict' ('better', 'worse', 'not significant', 'not testable'
+    (a stratum of one run) or 'no shared environment'). {} when `reference` is not in the
+    study."""
     if reference not in scores:
         return {}
     out = {}
@@ -246,9 +249,11 @@ def improvement_over(scores: Scores, reference: str = "hypercontroller", reps: i
             continue
         r = probability_of_improvement(scores[reference], per_env, (reference, method), reps, seed, confidence)
         lo, hi = r["ci"]
-        r["significant"] = bool(lo > 0.5 or hi < 0.5)
-        r["verdict"] = ("no shared environment" if not r["envs"] else "better" if lo > 0.5
-                        else "worse" if hi < 0.5 else "not significant")
+        r["one_run"] = [env for env in r["envs"]
+                        if min(finite(scores[reference][env]).size, finite(per_env[env]).size) < 2]
+        r["significant"] = bool(not r["one_run"] and (lo > 0.5 or hi < 0.5))
+        r["verdict"] = ("no shared environment" if not r["envs"] else "not testable" if r["one_run"]
+                        else "better" if lo > 0.5 else "worse" if hi < 0.5 else "not significant")
         out[method] = r
     return out
 

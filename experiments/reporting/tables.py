@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from experiments.reporting.views import final_eval, final_train, grouped, quartiles
+from experiments.reporting.views import env_names, final_eval, final_train, grouped, quartiles
 from experiments.study.methods import label
 
 
@@ -22,17 +22,25 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def method_legend(methods) -> str:
+    """One line naming the methods behind the tables' short labels."""
+    return "Methods: " + ", ".join(f"{label(m)} = {m}" for m in methods) + "."
+
+
 def _grid(units, cell) -> str:
-    """Markdown table: a row per environment, a column per method, `cell(unit)` in each
-    cell ('-' where the unit is missing)."""
+    """Markdown table: a row per environment (named as it ran, `views.ran_as`), a column per
+    method, `cell(unit)` in each cell ('no unit' where the unit is missing)."""
     envs, methods, by = grouped(units)
-    body = [[env] + ["-" if by.get((env, m)) is None else cell(by[(env, m)]) for m in methods] for env in envs]
+    names = env_names(units)
+    body = [[names[env]] + ["no unit" if by.get((env, m)) is None else cell(by[(env, m)]) for m in methods]
+            for env in envs]
     return _md(["Env"] + [label(m) for m in methods], body)
 
 
 def success_table(units) -> str:
     """Rows: environments; columns: methods; cells: successful seeds / seeds."""
-    return _grid(units, lambda u: f"{int(u.success.sum())}/{u.success.size}")
+    return ("Seeds that finished without a rejected update or NaN (successful / run).\n\n"
+            + _grid(units, lambda u: f"{int(u.success.sum())}/{u.success.size}"))
 
 
 def ranks(medians: dict[str, float]) -> dict[str, int | None]:
@@ -69,34 +77,43 @@ def results_rows(units) -> list[dict]:
 def results_table(units) -> str:
     """Median final eval reward sum [IQR] (rank) per environment (rows) and method (columns)."""
     envs, methods, _ = grouped(units)
+    names = env_names(units)
     rows = {(r["env"], r["method"]): r for r in results_rows(units)}
     body = []
     for env in envs:
-        row = [env]
+        row = [names[env]]
         for m in methods:
             r = rows.get((env, m))
             if r is None:
-                row.append("-")
+                row.append("no unit")
             elif r["rank"] is None:  # no finite final evaluation: not ranked
-                row.append("–")
+                row.append("no final evaluation")
             else:
                 row.append(f"{r['eval_median']:.4g} [{r['eval_q25']:.4g}, {r['eval_q75']:.4g}] ({r['rank']})")
         body.append(row)
     head = ["Env"] + [label(m) for m in methods]
     return ("Median final evaluation reward sum over seeds, [25th, 75th percentile], (rank within the env, "
-            "1 = best median); '-' no unit, '–' no final evaluation (not ranked).\n\n" + _md(head, body))
+            "1 = best median).\n\n" + _md(head, body))
 
 
 def tuning_time_table(units) -> str:
     """Total tuning time (minutes) per env and method: the x-extent of Figure 1."""
-    return ("Tuning time in minutes (host ask+tell of all seeds of the unit, summed over iterations).\n\n"
+    return ("Tuning time: the minutes the tuner itself took (its ask and tell for all seeds of the unit, replayed "
+            "on the host CPU and summed over iterations; training excluded).\n\n"
             + _grid(units, lambda u: f"{np.sum(u.tuner_time) / 60.0:.3g}"))
 
 
 def _ci(value: float, ci, fmt: str = ".3f") -> str:
     if not np.isfinite(value):
-        return "–"
+        return "n/a"
     return f"{value:{fmt}} [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+
+
+def probability_text(p: float, ci) -> str:
+    """'P [lo, hi]' with two decimals, or three where a number other than 0.5 would show
+    as 0.50 (so the verdict against 0.5 and the numbers agree); 'n/a' for NaN."""
+    close = any(f"{x:.2f}" == "0.50" and x != 0.5 for x in (p, *ci))
+    return _ci(p, ci, ".3f" if close else ".2f")
 
 
 def aggregate_table(summary: dict) -> str:
@@ -129,35 +146,50 @@ def aggregate_table(summary: dict) -> str:
     for m, a in agg.items():
         p = vs.get(m)
         if p is None:
-            pcell, sig = "–", "–"
+            pcell, sig = "n/a", "n/a"
         else:
-            pcell = _ci(p["p"], p["ci"], ".2f")
-            verdicts = {"better": f"yes, {base} better", "worse": f"yes, {base} worse", "not significant": "no"}
-            sig = verdicts.get(p["verdict"], "–")  # '–': no shared environment
+            pcell = probability_text(p["p"], p["ci"])
+            verdicts = {"better": f"yes, {base} better", "worse": f"yes, {base} worse", "not significant": "no",
+                        "not testable": "not testable (one run)"}
+            sig = verdicts.get(p["verdict"], "no shared environment")
         rows.append([label(m), f"{a['runs']} / {len(a['envs'])}", _ci(a["iqm"], a["iqm_ci"]),
                      _ci(a["mean"], a["mean_ci"]), pcell, sig])
+    text += method_legend(list(agg)) + "\n\n"
     text += _md(["Method", "Runs / envs", f"IQM [{pct} CI]", f"Mean [{pct} CI]", f"P({base} > X) [{pct} CI]",
                  "Significant"], rows)
     sig = [label(m) for m, p in vs.items() if p["significant"]]
-    insig = [label(m) for m, p in vs.items() if p["envs"] and not p["significant"]]
+    insig = [label(m) for m, p in vs.items() if p["verdict"] == "not significant"]
+    untestable = [label(m) for m, p in vs.items() if p["verdict"] == "not testable"]
     if vs:
         text += (f"\nIntervals of P({base} > X) that exclude 0.5 (significant): {', '.join(sig) or 'none'}. "
                  f"Including 0.5 (not significant): {', '.join(insig) or 'none'}.\n")
+        if untestable:
+            text += (f"Not testable (a method has one run in an environment: no verdict): "
+                     f"{', '.join(untestable)}.\n")
     else:
-        text += f"\nNo {base} units in this study: no probability of improvement.\n"
+        text += (f"\nNo {base} ({summary['improvement']['baseline']}) units in this study: there is no claim "
+                 f"to test, so no probability of improvement.\n")
     notes = [f"{label(m)} has no score on {', '.join(a['missing_envs'])}: left out of its aggregates "
              f"(not comparable with methods measured on every environment)."
              for m, a in agg.items() if a["missing_envs"]]
     single = summary["single_seed"]
     if single:
-        notes.append("One seed only in " + ", ".join(f"{e} / {label(m)}" for e, m in single)
-                     + ": the bootstrap cannot vary these, so the intervals understate the uncertainty.")
+        notes.append(one_run_warning(single))
     if notes:
         text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     ref = summary["normalisation"]["reference"]
+    names = summary.get("env_names", {})
     text += "\nReference scores (final evaluation reward sum):\n\n" + _md(
-        ["Env", "low (0)", "high (1)"], [[env, f"{lo:.4g}", f"{hi:.4g}"] for env, (lo, hi) in ref.items()])
+        ["Env", "low (0)", "high (1)"],
+        [[names.get(env, env), f"{lo:.4g}", f"{hi:.4g}"] for env, (lo, hi) in ref.items()])
     return text
+
+
+def one_run_warning(single: list) -> str:
+    """The note on (env, method) strata with one run."""
+    return ("One seed only in " + ", ".join(f"{e} / {label(m)}" for e, m in single)
+            + ": the bootstrap cannot vary these, so their intervals understate the uncertainty and no verdict "
+              "is drawn where they are compared (not testable).")
 
 
 def strict_json(x):
@@ -179,5 +211,5 @@ def aggregate_json(summary: dict) -> str:
 
 
 def summary(units) -> str:
-    """The results and success tables (Markdown) of a study's units."""
-    return results_table(units) + "\n" + success_table(units)
+    """The results and success tables (Markdown) of a study's units, then the methods' legend."""
+    return results_table(units) + "\n" + success_table(units) + "\n" + method_legend(grouped(units)[1]) + "\n"

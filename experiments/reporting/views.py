@@ -18,6 +18,28 @@ def grouped(units: list[UnitResult]) -> tuple[list[str], list[str], dict]:
     return envs, methods, {(u.meta["env"], u.meta["method"]): u for u in units}
 
 
+BACKENDS = {"brax": "Brax", "gymnax": "gymnax", "gymnasium": "Gymnasium"}
+
+
+def ran_as(meta: dict) -> str:
+    """What an environment of a unit ran as, from its meta: 'CartPole-v1 (gymnax)' when the
+    backend has the study's name, 'Brax halfcheetah, standing in for HalfCheetah-v4' when
+    the study runs another implementation under its label."""
+    env, make = meta["env"], meta.get("make", meta["env"])
+    backend = BACKENDS.get(meta.get("path"), meta.get("path") or "")
+    if make == env:
+        return f"{env} ({backend})" if backend else env
+    return f"{backend} {make}, standing in for {env}".strip()
+
+
+def env_names(units: list[UnitResult]) -> dict[str, str]:
+    """env label -> `ran_as` of its first unit, envs in table order."""
+    names = {}
+    for u in units:
+        names.setdefault(u.meta["env"], ran_as(u.meta))
+    return names
+
+
 def quartiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x: (S, ...) -> 25th, 50th, 75th percentiles over seeds, ignoring NaN."""
     with warnings.catch_warnings():
@@ -41,6 +63,12 @@ def final_eval(unit: UnitResult) -> np.ndarray:
 def final_train(unit: UnitResult) -> np.ndarray:
     """(S,) the training reward at the final iteration."""
     return unit.train_reward[:, -1]
+
+
+def final_return(unit: UnitResult) -> np.ndarray:
+    """(S,) the training episode return at the final iteration (the mean return of the
+    episodes that ended in it, or the last such mean; NaN before any episode ended)."""
+    return unit.episode_return[:, -1]
 
 
 BASELINE = "hypercontroller"

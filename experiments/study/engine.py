@@ -48,7 +48,7 @@ from hcjax.tuners.stacked import stack
 def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, str],
               on_segment: Callable[[int], None] = lambda k: None,
               memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None,
-              tensorboard: Path | None = None) -> list[UnitResult]:
+              tensorboard: Path | None = None, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
     """Train every seed of the units (env, method) of `methods` (resuming from
     `checkpoint` when it holds one) and measure each tuner's tuning time.
 
@@ -57,7 +57,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     stacked tuner (hcjax.tuners.stacked) whose method is chosen per agent: agent
     m * seeds + i runs method m with seed i, and gets the numbers it would get alone.
     keys: method -> the unit's config key. tensorboard: a directory for live scalars
-    (`experiments.study.tensorboard`), or None."""
+    (`experiments.study.tensorboard`), or None; warn: receives its one message if it fails
+    (live logging then stops, the units go on)."""
     p = plan.preset
     t0 = time.perf_counter()
     environment = build.environment(env.make)
@@ -73,7 +74,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     S, M = p.seeds, len(methods)
     seeds = np.arange(S)
     on_record = (lambda record: None) if tensorboard is None else \
-        UnitGroupScalars(tensorboard, env.label, methods, S, list(tuners[0].space.names))
+        UnitGroupScalars(tensorboard, env.label, methods, S, tuners[0].space, p.iterations, warn)
     if environment.host:
         if M > 1:
             raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
@@ -219,7 +220,8 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                     results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
                                         on_segment=inner.update, memory_limit_gib=memory_limit_gib,
                                         checkpoint=checkpoint,
-                                        tensorboard=store.path / "tensorboard" if tensorboard and writer else None)
+                                        tensorboard=store.path / "tensorboard" if tensorboard and writer else None,
+                                        warn=log)
             except Exception as e:
                 if failures is None:
                     raise
@@ -230,8 +232,8 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                 result.meta["study_key"] = study_key
                 if writer:
                     paths.append(store.save_unit(result))
-                log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s "
-                    f"(tuning {result.meta['tuner_seconds']:.3g} s)")
+                log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s, of which "
+                    f"the tuner's own ask and tell took {result.meta['tuner_seconds']:.3g} s")
                 bar.update(1, note=f"{env.label} / {result.meta['method']}")
             checkpoint.remove()
     return paths

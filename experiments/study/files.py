@@ -20,6 +20,7 @@ The study directory itself (`--out`) may be a link: it is what the user named.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -107,6 +108,46 @@ def append_text(path: str | os.PathLike, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "a") as f:
         f.write(text)
+
+
+def open_dir_below(root: str | os.PathLike, path: str | os.PathLike, create: bool = True) -> int:
+    """A file descriptor of the directory `path` below `root`, reached one component at a
+    time from `root` with O_NOFOLLOW (each made first when absent and `create`): whenever a
+    link is planted at any depth, it is refused (PlantedLink), never followed. OSError
+    (NotADirectoryError naming it) where a component is not a directory. Close it after use."""
+    root, path = Path(root), Path(path)
+    no_links_below(root, path)  # also refuses a path outside root
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    current = root
+    try:
+        for part in path.relative_to(root).parts:
+            current = current / part
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                below = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            except OSError as e:
+                if os.path.islink(current):
+                    raise PlantedLink(f"{current} is a symbolic link: hcjax does not write through links inside a "
+                                      f"study directory (they could point anywhere); remove it") from None
+                raise OSError(e.errno, e.strerror, str(current)) from None
+            os.close(fd)
+            fd = below
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise NotADirectoryError(f"{current} is in the way: hcjax keeps a directory there; move it aside")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_exclusive(dir_fd: int, name: str) -> int:
+    """A new file `name` in the directory `dir_fd`, created exclusively (O_CREAT | O_EXCL |
+    O_NOFOLLOW: FileExistsError if anything, a link included, has the name) for writing."""
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE, dir_fd=dir_fd)
 
 
 def probe_writable(directory: str | os.PathLike) -> None:

@@ -170,7 +170,7 @@ PRESETS: dict[str, Preset] = {
                  objective="return_change"),
         fast_compile=True,
         description="one gymnax env (CartPole-v1, jitted end to end), three methods, two seeds, "
-                    "20 iterations of 128-512 frames, 2x32 networks: a table and a figure in < 3 min",
+                    "20 iterations of 128-512 frames, 2x32 networks: tables and figures",
         reductions=(
             "CartPole-v1 (gymnax) instead of the paper's MuJoCo/Box2D tasks",
             "2 seeds instead of 10", "20 iterations instead of 1000",

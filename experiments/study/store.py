@@ -228,10 +228,11 @@ class StudyDir:
             if not LAYOUT[name] and p.is_dir():
                 raise ValueError(f"{p} is a directory, but hcjax keeps a file there ({name}); move it aside")
         if "tensorboard" in (entries or LAYOUT) and (self.path / "tensorboard").is_dir():
-            for p in sorted((self.path / "tensorboard").glob("*")) + sorted((self.path / "tensorboard").glob("*/*")):
-                if p.is_symlink():
-                    raise PlantedLink(f"{p} is a symbolic link: hcjax does not write through links inside a study "
-                                      f"directory (they could point anywhere); remove it")
+            for top, dirs, files in os.walk(self.path / "tensorboard"):  # every depth; links are not walked
+                for p in sorted(Path(top) / name for name in dirs + files):
+                    if p.is_symlink():
+                        raise PlantedLink(f"{p} is a symbolic link: hcjax does not write through links inside a "
+                                          f"study directory (they could point anywhere); remove it")
 
     def check_writable(self) -> None:
         """ValueError when the directory cannot be created or written, or an entry hcjax
