@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import datetime
 import errno
+import importlib.metadata
+import re
+import subprocess
 import types
+from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+import hcjax
+from agents.ppo import PPOConfig, make_learner
+from agents.ppo.config import check_batch_options
+from experiments import cli
 from experiments.study import files
 from experiments.study import store as R
 
@@ -65,3 +75,80 @@ def test_move_no_replace_without_hard_links_still_never_replaces(tmp_path, monke
     assert taken.read_text() == "earlier" and source.read_text() == "new"
     files.move_no_replace(source, free)
     assert free.read_text() == "new" and not source.exists()
+
+
+# ---- class 8: smaller edges ----------------------------------------------------------------
+
+WORDS = hcjax.Space([hcjax.Hyperparameter("lr", 1e-4, 1e-1, scale="log"),
+                     hcjax.Hyperparameter.choice("opt", ["adam", "sgd"])])
+
+
+def test_as_dict_clips_a_string_categoricals_index_like_a_numeric_ones():
+    """The issue: a numeric categorical's index was clipped, a string one's was not (7 for 2 options)."""
+    for raw, index in ((7.0, 1), (-3.0, 0), (0.6, 1)):
+        values = jnp.array([1e-3, raw])
+        assert int(WORDS.as_dict(values)["opt"]) == index
+        assert WORDS.names_to_values(values)["opt"] == WORDS.hyperparameters[1].options[index]
+
+
+def test_names_to_values_with_nan_names_the_hyperparameter():
+    with pytest.raises(ValueError, match="'opt'.*NaN"):
+        WORDS.names_to_values(np.array([1e-3, np.nan]))
+    assert np.isnan(WORDS.names_to_values(np.array([np.nan, 1.0]))["lr"])  # a number stays a number
+
+
+def test_fixed_refuses_a_fractional_option_index():
+    with pytest.raises(ValueError, match=r"fixed.values\[1\] \('opt'\) is categorical.*whole number in \[0, 1\]"):
+        hcjax.make_tuner("fixed", WORDS, values=[1e-3, 0.5])
+    assert hcjax.make_tuner("fixed", WORDS, values=[1e-3, 1.0]).name == "fixed"
+
+
+@pytest.mark.parametrize("text", ["lr=1e-4:1e-2:default=1e-3:default=2e-3", "lr=1e-4:1e-2:log:log",
+                                  "opt=adam,sgd:default=adam:default=sgd"])
+def test_space_flag_given_twice_is_refused(text):
+    with pytest.raises(ValueError, match=r"given twice"):
+        cli.parse_hyperparameter(text)
+
+
+@pytest.mark.parametrize("options, steps", [([1, 2, 3], [1, 1, 1]), ([8, 12, 16], [1, 2, 2])])
+def test_batch_sizes_of_one_rollout_length_are_refused(options, steps):
+    """The issue: options 1, 2, 3 with 8 environments all collect one step of 8 frames,
+    while `hparams` recorded three configurations."""
+    space = hcjax.Space([hcjax.Hyperparameter.choice("batch_size", options)])
+    with pytest.raises(ValueError, match=re.escape(f"batch_size options {options} give rollouts of {steps} steps")):
+        make_learner(PPOConfig(num_envs=8), "CartPole-v1", hcjax.make_tuner("random", space))
+    check_batch_options(PPOConfig(num_envs=8), hcjax.Space([hcjax.Hyperparameter.choice("batch_size", [8, 16, 17])]))
+
+
+def test_cli_refuses_a_flag_twice_and_collapsing_batch_sizes_before_any_work(tmp_path, capsys):
+    for space, said in (("batch_size=1,2,3", "rollouts of [1, 1, 1] steps with num_envs=8"),
+                        ("gamma=0.9,0.99:default=0.9:default=0.99", "default given twice")):
+        code = cli.main(["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress",
+                         "--methods", "fixed", "--out", str(tmp_path / "out"), "--space", space])
+        assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_manifest_git_is_hcjaxs_own_checkout_only(tmp_path):
+    """The issue: with hcjax installed into a project's .venv, the manifest recorded the
+    project's commit (and ran `git status` there)."""
+    package = tmp_path / ".venv" / "lib" / "site-packages" / "hcjax"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "someproject"\n')
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-f", ".")
+    git(tmp_path, "commit", "-qm", "a project tracking its venv")
+    installed = R.git_commit(package)
+    assert installed["commit"] is None and installed["dirty"] is None
+    assert installed["version"] == importlib.metadata.version("hcjax")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "hcjax"\n')  # now hcjax's own checkout
+    git(tmp_path, "commit", "-qam", "hcjax itself")
+    assert R.git_commit(package)["commit"] == git(tmp_path, "rev-parse", "HEAD")
+    git(tmp_path, "rm", "-rq", "--cached", ".venv")  # hcjax's checkout, but this package is not tracked
+    assert R.git_commit(package)["commit"] is None
+    assert R.git_commit()["commit"] == git(Path(hcjax.__file__).parent, "rev-parse", "HEAD")  # this checkout
