@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import jax
@@ -61,7 +62,11 @@ class Tuner(NamedTuple):
 
     values(state) -> (h,) float32: the configuration in effect, the one `tell` reports
     on (right after `init`: the one init drew; after an `ask`: the values it returned).
-    `step(state, key, objective, decide)`: tell, then ask on deciding iterations only."""
+    `step(state, key, objective, decide)`: tell, then ask on deciding iterations only.
+    index_bounds: {state field: exclusive upper bound of its integer entries (an int, or
+    a NumPy array broadcasting against the field)} for the fields that index something
+    (arms, contexts, slots): what a restored state is checked against
+    (`HostTuner.load_state_dict`), since a gather would silently clamp an index."""
 
     name: str
     space: Space
@@ -70,6 +75,7 @@ class Tuner(NamedTuple):
     tell: Callable[[State, jax.Array], State]
     memory_bytes: int
     values: Callable[[State], jax.Array] = no_values
+    index_bounds: Mapping[str, Any] = MappingProxyType({})
 
     def step(self, state: State, key: jax.Array, objective, decide) -> tuple[State, jax.Array]:
         """Tell `objective`, then ask only if `decide`: one call per training iteration.

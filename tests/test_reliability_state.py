@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime
 import errno
 import importlib.metadata
+import pickle
 import re
 import subprocess
 import types
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -152,3 +154,80 @@ def test_manifest_git_is_hcjaxs_own_checkout_only(tmp_path):
     git(tmp_path, "rm", "-rq", "--cached", ".venv")  # hcjax's checkout, but this package is not tracked
     assert R.git_commit(package)["commit"] is None
     assert R.git_commit()["commit"] == git(Path(hcjax.__file__).parent, "rev-parse", "HEAD")  # this checkout
+
+
+# ---- class 7: state that means something else --------------------------------------------
+
+def saved_state(name="hypercontroller", space=WORDS, **options):
+    tuner = hcjax.HostTuner(name, space, seed=3, **options)
+    for _ in range(3):
+        tuner.ask()
+        tuner.tell(1.0)
+    return tuner, tuner.state_dict()
+
+
+@pytest.mark.parametrize("other, differs", [
+    ([hcjax.Hyperparameter("lr", 1e-4, 1e-1, scale="log"), hcjax.Hyperparameter.choice("opt", ["adam", "rmsprop"])],
+     "hyperparameter 1 ('opt') options ['adam', 'sgd'] saved, ['adam', 'rmsprop'] here"),
+    ([hcjax.Hyperparameter("lr", 1e-5, 1e-1, scale="log"), hcjax.Hyperparameter.choice("opt", ["adam", "sgd"])],
+     "hyperparameter 0 ('lr') low 0.0001 saved, 1e-05 here"),
+    ([hcjax.Hyperparameter("lr", 1e-4, 1e-1), hcjax.Hyperparameter.choice("opt", ["adam", "sgd"])],
+     "hyperparameter 0 ('lr') scale 'log' saved, 'linear' here"),
+    ([hcjax.Hyperparameter("rate", 1e-4, 1e-1, scale="log"), hcjax.Hyperparameter.choice("opt", ["adam", "sgd"])],
+     "hyperparameter 0 ('rate') name 'lr' saved, 'rate' here"),
+    ([hcjax.Hyperparameter("lr", 1e-4, 1e-1, scale="log"), hcjax.Hyperparameter("opt", 0, 1, integer=True)],
+     "hyperparameter 1 ('opt') options ['adam', 'sgd'] saved, None here"),
+])
+def test_a_state_of_another_space_is_refused_naming_the_difference(other, differs):
+    """The issue: a state saved over other names, bounds or options loaded (same shapes),
+    so its arm indices silently meant other values."""
+    _, state = saved_state(d=4)
+    with pytest.raises(ValueError, match=re.escape(f"'space' differs from this tuner's: {differs}")):
+        hcjax.HostTuner("hypercontroller", hcjax.Space(other), d=4).load_state_dict(state)
+
+
+@pytest.mark.parametrize("name, field, options", [
+    ("hyperband", "order", dict(budget=30)), ("hyperband", "slot", dict(budget=30)),
+    ("hyperband", "pos", dict(budget=30)), ("gp_ucb", "ptr", dict(buffer=8, candidates=8, fit_points=8))])
+def test_indices_out_of_range_are_refused_naming_the_array(name, field, options):
+    """The issue: indices of 10**6 loaded and were clamped by the gathers."""
+    tuner, state = saved_state(name, **options)
+    bad = dict(state)
+    bad[f"state.{field}"] = np.full_like(state[f"state.{field}"], 10 ** 6)
+    with pytest.raises(ValueError, match=rf"'state.{field}' holds indices up to 1000000, out of this tuner's range"):
+        tuner.load_state_dict(bad)
+    limit = tuner.tuner.index_bounds[field]
+    bad[f"state.{field}"] = np.full_like(state[f"state.{field}"], limit - 1)  # the largest index in range loads
+    tuner.load_state_dict(bad)
+
+
+def test_a_state_saved_before_the_space_was_stored_loads_with_a_warning():
+    tuner, state = saved_state(d=4)
+    old = {k: v for k, v in state.items() if k not in ("space", "options")}
+    fresh = hcjax.HostTuner("hypercontroller", WORDS, d=4)
+    with pytest.warns(UserWarning, match="saved without its space and options .* save it again"):
+        fresh.load_state_dict(old)
+    assert [fresh.ask() for _ in range(3)] == [tuner.ask() for _ in range(3)]
+
+
+def test_a_host_tuner_pickled_on_a_missing_platform_unpickles_on_the_cpu():
+    """The issue: pickled with device="gpu", a HostTuner could not be unpickled on a
+    CPU-only machine although its state is NumPy. The platform is faked in the pickle."""
+    missing = next(p for p in ("gpu", "tpu") if not platform_present(p))
+    tuner, _ = saved_state(d=4)
+    blob = pickle.dumps(tuner)
+    cpu = b"\x8c\x03cpu"  # the pickled platform: SHORT_BINUNICODE of 3 bytes
+    assert blob.count(cpu) == 1
+    blob = blob.replace(cpu, b"\x8c\x03" + missing.encode())
+    with pytest.warns(UserWarning, match=f"pickled on a '{missing}' device, which this machine lacks: it runs on "
+                                         f"the CPU"):
+        copy = pickle.loads(blob)
+    assert copy.device.platform == "cpu"
+    assert [copy.ask() for _ in range(3)] == [tuner.ask() for _ in range(3)]
+
+
+def platform_present(platform):
+    try:
+        return bool(jax.devices(platform))
+    except RuntimeError:
+        return False
