@@ -21,7 +21,7 @@ import hcjax
 from agents.ppo import PPOConfig, make_learner
 from agents.ppo.config import check_batch_options
 from experiments import cli
-from experiments.study import files
+from experiments.study import files, provenance
 from experiments.study import store as R
 
 
@@ -145,15 +145,15 @@ def test_manifest_git_is_hcjaxs_own_checkout_only(tmp_path):
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-f", ".")
     git(tmp_path, "commit", "-qm", "a project tracking its venv")
-    installed = R.git_commit(package)
+    installed = provenance.git_commit(package)
     assert installed["commit"] is None and installed["dirty"] is None
     assert installed["version"] == importlib.metadata.version("hcjax")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "hcjax"\n')  # now hcjax's own checkout
     git(tmp_path, "commit", "-qam", "hcjax itself")
-    assert R.git_commit(package)["commit"] == git(tmp_path, "rev-parse", "HEAD")
+    assert provenance.git_commit(package)["commit"] == git(tmp_path, "rev-parse", "HEAD")
     git(tmp_path, "rm", "-rq", "--cached", ".venv")  # hcjax's checkout, but this package is not tracked
-    assert R.git_commit(package)["commit"] is None
-    assert R.git_commit()["commit"] == git(Path(hcjax.__file__).parent, "rev-parse", "HEAD")  # this checkout
+    assert provenance.git_commit(package)["commit"] is None
+    assert provenance.git_commit()["commit"] == git(Path(hcjax.__file__).parent, "rev-parse", "HEAD")  # this checkout
 
 
 # ---- class 7: state that means something else --------------------------------------------

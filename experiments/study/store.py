@@ -4,7 +4,7 @@ Layout of a study directory (`StudyDir` owns every path; the engine and `hcjax p
 ask it, neither spells a path):
 
     manifest.json                 the study's configuration (the resolved study), its
-                                  study key, package versions, hcjax's git commit (`git_commit`), devices,
+                                  study key, package versions, hcjax's git commit (`provenance`), devices,
                                   start time; previous runs' headers under `runs`
     units/<env>__<method>.npz     one finished unit, see `UnitResult`
     units/corrupt/                unreadable units and checkpoints moved aside (recomputed on
@@ -43,18 +43,13 @@ import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
-import tomllib
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import filelock
 import numpy as np
 
-import hcjax
 from experiments import deps
 from experiments.study import validate
 from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of this module's API
@@ -68,6 +63,7 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     move_no_replace,
 )
 from experiments.study.plan import jsonable, study_key
+from experiments.study.provenance import git_commit
 
 FORMAT = 1
 
@@ -487,42 +483,3 @@ def load_units(out: str | os.PathLike) -> list[UnitResult]:
 
 def read_manifest(out: str | os.PathLike) -> dict | None:
     return StudyDir(out).read_manifest()
-
-
-# ---- manifest ----------------------------------------------------------------------------
-
-def git_commit(package: str | os.PathLike | None = None) -> dict[str, Any]:
-    """{'commit': sha or None, 'dirty': bool or None, 'version': installed version or None}
-    of hcjax. The commit only when `package` (default: hcjax's package directory) is tracked
-    in a git checkout of hcjax itself, whose root's pyproject.toml names the project "hcjax"
-    (never the enclosing repository of a project whose .venv holds an installed hcjax);
-    dirty: tracked files differ from the commit (untracked files, e.g. a study's own
-    output inside the checkout, do not count)."""
-    package = Path(package or Path(hcjax.__file__).parent).resolve()
-    try:
-        version = metadata.version("hcjax")
-    except metadata.PackageNotFoundError:
-        version = None
-    out = {"commit": None, "dirty": None, "version": version}
-
-    def git(*args, cwd=package) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-
-    try:
-        root = Path(git("rev-parse", "--show-toplevel").stdout.strip() or package)
-        tracked = git("ls-files", "--error-unmatch", "--", ".").returncode == 0
-        if not (tracked and _names_hcjax(root / "pyproject.toml")):
-            return out
-        sha = git("rev-parse", "HEAD", cwd=root).stdout.strip() or None
-        status = git("status", "--porcelain", "--untracked-files=no", cwd=root).stdout
-        return {**out, "commit": sha, "dirty": bool(status.strip()) if sha else None}
-    except (OSError, subprocess.SubprocessError):
-        return out
-
-
-def _names_hcjax(pyproject: Path) -> bool:
-    """`pyproject` is readable and its [project] name is "hcjax"."""
-    try:
-        return tomllib.loads(pyproject.read_text()).get("project", {}).get("name") == "hcjax"
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False
