@@ -239,10 +239,10 @@ class HostTuner:
             if name.startswith("state") and a.dtype.kind in "iu" and np.any(a < 0):
                 raise ValueError(f"{where}: {name!r} must be >= 0 (counters and indices), got {a.min()}")
             arrays[name] = a
-        for field, bound in self.tuner.index_bounds.items():
-            a = arrays[f"state.{field}"]
-            if np.any(a >= bound):
-                limit = bound if np.ndim(bound) == 0 else f"{np.ravel(bound).tolist()} (one per hyperparameter)"
+        for field, bound in self.tuner.index_bounds:
+            a, b = arrays[f"state.{field}"], np.asarray(bound)
+            if np.any(a >= b.reshape(b.shape + (1,) * (a.ndim - b.ndim))):
+                limit = bound if b.ndim == 0 else f"{list(bound)} (one per hyperparameter)"
                 raise ValueError(f"{where}: 'state.{field}' holds indices up to {a.max()}, out of this tuner's range "
                                  f"(entries must be < {limit}); a state of other options or another space?")
         tells = int(arrays["tells"])

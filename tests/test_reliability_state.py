@@ -196,7 +196,8 @@ def test_indices_out_of_range_are_refused_naming_the_array(name, field, options)
     bad[f"state.{field}"] = np.full_like(state[f"state.{field}"], 10 ** 6)
     with pytest.raises(ValueError, match=rf"'state.{field}' holds indices up to 1000000, out of this tuner's range"):
         tuner.load_state_dict(bad)
-    limit = tuner.tuner.index_bounds[field]
+    limit = dict(tuner.tuner.index_bounds)[field]
+    assert hash(tuner.tuner) == hash(tuner.tuner)  # the bounds are tuples: a Tuner stays hashable
     bad[f"state.{field}"] = np.full_like(state[f"state.{field}"], limit - 1)  # the largest index in range loads
     tuner.load_state_dict(bad)
 

@@ -179,4 +179,4 @@ def hyperband(space: Space, *, budget: int = 200, eta: int = 3,
         return state.configs[state.slot]
 
     return Tuner("hyperband", space, init, ask, tell, memory, values,
-                 index_bounds={"order": n_slots, "slot": n_slots, "pos": length})
+                 index_bounds=(("order", n_slots), ("slot", n_slots), ("pos", length)))
