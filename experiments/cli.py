@@ -179,6 +179,14 @@ def parse_option(text: str) -> int | float | str:
     return text
 
 
+def check_flags_once(text: str, flags: list[str], form: str) -> None:
+    """ValueError naming a `--space` flag given twice (e.g. `:default=1:default=2`)."""
+    keys = [f.partition("=")[0] for f in flags]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"--space {text!r}: {', '.join(twice)} given twice; give each flag once ({form})")
+
+
 def parse_choice(text: str, name: str, parts: list[str]) -> dict:
     """`--space` entry NAME=A,B,C[:default=V] (parts: "A,B,C" and the flags) -> a
     categorical entry {name, options[, default]} (options parsed by `parse_option`)."""
@@ -187,6 +195,7 @@ def parse_choice(text: str, name: str, parts: list[str]) -> dict:
     if any(o == "" for o in options):
         raise ValueError(f"--space {text!r}: an option is empty ({form})")
     entry = {"name": name, "options": options}
+    check_flags_once(text, parts[1:], form)
     for flag in parts[1:]:
         if not flag.startswith("default="):
             raise ValueError(f"--space {text!r}: unknown flag {flag!r}; a categorical allows only default=V ({form})")
@@ -208,6 +217,7 @@ def parse_hyperparameter(text: str) -> dict:
         entry = {"name": name, "low": float(parts[0]), "high": float(parts[1])}
     except ValueError:
         raise ValueError(f"--space {text!r}: LOW and HIGH must be numbers ({form})") from None
+    check_flags_once(text, parts[2:], form)
     for flag in parts[2:]:
         if flag == "log":
             entry["scale"] = "log"

@@ -17,17 +17,21 @@ Key schedule: base = jax.random.PRNGKey(seed); `init` uses fold_in(base, 0) and 
 k-th `ask` (k = 0, 1, ...) fold_in(base, k + 1). The pure tuner run with these keys
 (jitted init, ask and tell) gives exactly the same values.
 
-Checkpoints: `state_dict()` is a dict of NumPy arrays ("tuner": the name, "key": the
-base key's data, "asks" and "tells": counters, "state.<field>": the state's leaves),
-ready for `np.savez`; `load_state_dict(d)` (a dict, or what `np.load` returns)
-validates it field by field (names, shapes, dtypes, finiteness, counters in range),
-then restores it exactly: the next asks equal those the saved tuner would have made.
-Options are not stored: load into a HostTuner built with the same name, space and
-options.
+Checkpoints: `state_dict()` is a dict of NumPy arrays ("tuner": the name, "space" and
+"options": JSON text of the space (names, bounds, scales, integer flags, options) and of
+the tuner's options with their defaults, "key": the base key's data, "asks" and
+"tells": counters, "state.<field>": the state's leaves), ready for `np.savez`;
+`load_state_dict(d)` (a dict, or what `np.load` returns) validates it field by field
+(names, the space and options, naming what differs, shapes, dtypes, finiteness,
+counters and indices in range), then restores it exactly: the next asks equal those
+the saved tuner would have made. Load into a HostTuner built with the same name, space
+and options. A state saved before "space" and "options" were stored loads with a
+warning (nothing to check them against; save it again).
 
 Pickling: a HostTuner pickles as its name, space, options, seed, device platform and
 `state_dict()`; unpickling builds it again (compiling, on the first device of that
-platform) and loads the state, so the copy continues exactly as the original would.
+platform, or with a warning on the CPU where this machine has none: the state is NumPy)
+and loads the state, so the copy continues exactly as the original would.
 
 Threads: a HostTuner is not thread-safe. ask, tell and load_state_dict replace its
 state (whose buffers the previous call donated) and its counters without a lock: one
@@ -36,6 +40,8 @@ thread its own HostTuner; separate instances are independent).
 """
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Mapping
 
 import jax
@@ -45,6 +51,7 @@ import numpy as np
 from hcjax.space import Space, real_scalar
 from hcjax.tuner import check_int, check_objective
 from hcjax.tuners import make_tuner
+from hcjax.tuners import options as tuner_options
 
 MAX_ASKS = 2 ** 32 - 2  # fold_in takes a uint32: ask k uses k + 1
 # Scalar state fields that count told objectives: each lies in [0, tells].
@@ -107,8 +114,14 @@ class HostTuner:
                 "platform": self.device.platform, "state_dict": self.state_dict()}
 
     def __setstate__(self, pickled: dict) -> None:
-        self.__init__(pickled["name"], pickled["space"], pickled["seed"], device=pickled["platform"],
-                      **pickled["options"])
+        device = pickled["platform"]
+        try:
+            host_device(device)
+        except ValueError:
+            warnings.warn(f"HostTuner({pickled['name']!r}) was pickled on a {device!r} device, which this machine "
+                          f"lacks: it runs on the CPU (its state is NumPy, the numbers are the same)", stacklevel=2)
+            device = "cpu"
+        self.__init__(pickled["name"], pickled["space"], pickled["seed"], device=device, **pickled["options"])
         self.load_state_dict(pickled["state_dict"])
 
     @property
@@ -154,11 +167,22 @@ class HostTuner:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of everything `load_state_dict` needs, as NumPy arrays (see module docstring)."""
-        out = {"tuner": np.asarray(self.name), "key": np.array(self._key), "asks": np.asarray(self._n_asks, np.uint32),
+        out = {"tuner": np.asarray(self.name), **{k: np.asarray(json.dumps(v)) for k, v in self._identity().items()},
+               "key": np.array(self._key), "asks": np.asarray(self._n_asks, np.uint32),
                "tells": np.asarray(self._n_tells, np.int64)}
         for name, leaf in zip(self._leaf_names, jax.tree_util.tree_leaves(self._state)):
             out[name] = np.array(leaf)
         return out
+
+    def _identity(self) -> dict[str, list | dict]:
+        """{"space": one dict per hyperparameter (name, low, high, scale, integer, options),
+        "options": the tuner's options with their defaults (memory_limit_gib aside)}, as
+        JSON values: what a state means depends on both."""
+        space = [{"name": p.name, "low": p.low, "high": p.high, "scale": p.scale, "integer": p.integer,
+                  "options": None if p.options is None else list(p.options)} for p in self.space.hyperparameters]
+        options = {**tuner_options(self.name), **self._options}
+        options.pop("memory_limit_gib", None)
+        return {"space": space, "options": json.loads(json.dumps(options, default=lambda o: np.asarray(o).tolist()))}
 
     def _layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """name -> (shape, dtype) of every entry of `state_dict()`, without copying."""
@@ -189,14 +213,21 @@ class HostTuner:
             raise ValueError(f"{where}: expected a mapping of names to arrays (a state_dict() or np.load(path)), "
                              f"got {type(d).__name__}")
         layout = self._layout()
-        expected = set(layout) | {"tuner"}
+        identity = self._identity()
+        expected = set(layout) | {"tuner"} | set(identity)
         missing, unexpected = sorted(expected - set(d)), sorted(set(d) - expected)
-        if missing or unexpected:
+        if missing == sorted(identity) and not unexpected:
+            warnings.warn(f"{where}: a state saved without its space and options (by an older hcjax): they cannot be "
+                          f"checked against this tuner's; save it again", stacklevel=3)
+        elif missing or unexpected:
             raise ValueError(f"{where}: missing entries {missing}, unexpected entries {unexpected}; expected "
                              f"{sorted(expected)}")
         saved_name = np.asarray(d["tuner"])
         if saved_name.shape != () or saved_name.dtype.kind != "U" or str(saved_name) != self.name:
             raise ValueError(f"{where}: 'tuner' must be {self.name!r}, got {d['tuner']!r}")
+        for field, here in identity.items():
+            if field in d:
+                check_identity(where, field, d[field], here)
         arrays = {}
         for name, (shape, dtype) in layout.items():
             a = np.array(d[name])  # a private copy: the device may alias it, and donation overwrites
@@ -208,6 +239,12 @@ class HostTuner:
             if name.startswith("state") and a.dtype.kind in "iu" and np.any(a < 0):
                 raise ValueError(f"{where}: {name!r} must be >= 0 (counters and indices), got {a.min()}")
             arrays[name] = a
+        for field, bound in self.tuner.index_bounds:
+            a, b = arrays[f"state.{field}"], np.asarray(bound)
+            if np.any(a >= b.reshape(b.shape + (1,) * (a.ndim - b.ndim))):
+                limit = bound if b.ndim == 0 else f"{list(bound)} (one per hyperparameter)"
+                raise ValueError(f"{where}: 'state.{field}' holds indices up to {a.max()}, out of this tuner's range "
+                                 f"(entries must be < {limit}); a state of other options or another space?")
         tells = int(arrays["tells"])
         if tells < 0:
             raise ValueError(f"{where}: 'tells' must be >= 0, got {tells}")
@@ -216,3 +253,30 @@ class HostTuner:
                 raise ValueError(f"{where}: {name!r} counts told objectives, so it must be <= 'tells' = {tells}, got "
                                  f"{int(arrays[name])}")
         return arrays
+
+
+def check_identity(where: str, field: str, saved, here: list | dict) -> None:
+    """ValueError naming what differs between a saved state's "space" or "options" (JSON
+    text, `HostTuner._identity`) and this tuner's."""
+    try:
+        value = json.loads(str(np.asarray(saved)))
+    except ValueError:
+        raise ValueError(f"{where}: {field!r} must be JSON text (as state_dict() writes it), got {saved!r}") from None
+    if field == "options":
+        differ = _differences(value, here) if isinstance(value, dict) else [f"{value!r} saved"]
+    elif isinstance(value, list) and all(isinstance(p, dict) for p in value) and len(value) == len(here):
+        differ = [f"hyperparameter {i} ({b['name']!r}) {d}" for i, (a, b) in enumerate(zip(value, here))
+                  for d in _differences(a, b)]
+    else:
+        names = [p.get("name") for p in value if isinstance(p, dict)] if isinstance(value, list) else value
+        differ = [f"hyperparameters {names!r} saved, {[p['name'] for p in here]} here"]
+    if differ:
+        raise ValueError(f"{where}: {field!r} differs from this tuner's: {'; '.join(differ)} (a state saved over "
+                         f"another {'space' if field == 'space' else 'set of options'} would mean other values; "
+                         f"build the HostTuner as the saved one was)")
+
+
+def _differences(saved: dict, here: dict) -> list[str]:
+    """'<key> <saved> saved, <here> here' for every key whose values differ."""
+    return [f"{k} {saved.get(k, '<absent>')!r} saved, {here.get(k, '<absent>')!r} here"
+            for k in sorted(set(saved) | set(here)) if saved.get(k, "<absent>") != here.get(k, "<absent>")]

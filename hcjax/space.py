@@ -217,7 +217,11 @@ class Hyperparameter:
         return 0 if self.options is None else len(self.options)
 
     def option_at(self, index) -> str | int | float:
-        """A categorical's option at a tuner value: the index rounded and clipped to [0, k - 1]."""
+        """A categorical's option at a tuner value: the index rounded and clipped to [0, k - 1]
+        (a ValueError naming the hyperparameter for NaN)."""
+        if np.isnan(index):
+            raise ValueError(f"Hyperparameter {self.name!r}: a categorical's value is an option index in "
+                             f"[0, {self.n_options - 1}], got NaN")
         return self.options[int(np.clip(np.round(index), 0, self.n_options - 1))]
 
     @property
@@ -384,15 +388,16 @@ class Space:
         """values (..., h) -> {name: (...,) array} in the space's order (0-d arrays for one
         configuration). Works under jit and vmap (nothing leaves the device); for Python
         floats outside jit use `names_to_values`. Categoricals: the option value (float32)
-        where all options are numbers, else the int32 option index (for `lax.switch`)."""
+        where all options are numbers, else the int32 option index (for `lax.switch`); either
+        way the index is rounded and clipped to [0, k - 1], as `option_at` does."""
         x = jnp.asarray(values)
         if x.ndim < 1 or x.shape[-1] != self.h:
             raise ValueError(f"Space.as_dict: values must have shape (..., h) = (..., {self.h}), one entry per "
                              f"hyperparameter {list(self.names)}, got shape {tuple(x.shape)}")
         natural = self.natural(x)
         return {name: natural[..., i] if self.is_numeric_choice[i] else
-                jnp.round(x[..., i]).astype(jnp.int32) if self.is_categorical[i] else x[..., i]
-                for i, name in enumerate(self.names)}
+                jnp.clip(jnp.round(x[..., i]), 0, self.n_options[i] - 1).astype(jnp.int32) if self.is_categorical[i]
+                else x[..., i] for i, name in enumerate(self.names)}
 
     def natural(self, values: jnp.ndarray) -> jnp.ndarray:
         """(..., h) tuner values -> (..., h) float32 with the index of every categorical

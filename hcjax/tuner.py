@@ -61,7 +61,12 @@ class Tuner(NamedTuple):
 
     values(state) -> (h,) float32: the configuration in effect, the one `tell` reports
     on (right after `init`: the one init drew; after an `ask`: the values it returned).
-    `step(state, key, objective, decide)`: tell, then ask on deciding iterations only."""
+    `step(state, key, objective, decide)`: tell, then ask on deciding iterations only.
+    index_bounds: ((state field, exclusive upper bound of its integer entries), ...) for
+    the fields that index something (arms, contexts, slots); a bound is an int, or a
+    tuple of ints, one per row of the field's first axis (per hyperparameter). What a
+    restored state is checked against (`HostTuner.load_state_dict`), since a gather
+    would silently clamp an index. Tuples, so that a Tuner stays hashable."""
 
     name: str
     space: Space
@@ -70,6 +75,7 @@ class Tuner(NamedTuple):
     tell: Callable[[State, jax.Array], State]
     memory_bytes: int
     values: Callable[[State], jax.Array] = no_values
+    index_bounds: tuple[tuple[str, int | tuple[int, ...]], ...] = ()
 
     def step(self, state: State, key: jax.Array, objective, decide) -> tuple[State, jax.Array]:
         """Tell `objective`, then ask only if `decide`: one call per training iteration.

@@ -110,8 +110,8 @@ def test_checkpoint_round_trip_continues_identically(name, tmp_path):
 
 def test_state_dict_names_and_types():
     d = hcjax.HostTuner("hypercontroller", SPACE, d=4).state_dict()
-    assert set(d) == {"tuner", "key", "asks", "tells", "state.models", "state.current", "state.history",
-                      "state.window", "state.arms", "state.t", "state.n_invalid"}
+    assert set(d) == {"tuner", "space", "options", "key", "asks", "tells", "state.models", "state.current",
+                      "state.history", "state.window", "state.arms", "state.t", "state.n_invalid"}
     assert all(isinstance(v, np.ndarray) for v in d.values())
     assert str(d["tuner"]) == "hypercontroller" and d["asks"] == 0 and d["tells"] == 0
     np.testing.assert_array_equal(d["key"], np.asarray(jax.random.PRNGKey(0)))
@@ -141,6 +141,13 @@ def loaded_dict(**changes):
     (loaded_dict(**{"state.n_invalid": np.asarray(-3, np.int32)}), r"'state.n_invalid' must be >= 0 .*, got -3"),
     (loaded_dict(**{"state.arms": np.array([0, -1, 2, 3], np.int32)}), r"'state.arms' must be >= 0 .*, got -1"),
     (loaded_dict(**{"state.history": np.full((4, 1), -2, np.int32)}), r"'state.history' must be >= 0"),
+    (loaded_dict(**{"state.arms": np.array([0, 10 ** 6, 2, 3], np.int32)}),
+     r"'state.arms' holds indices up to 1000000, out of this tuner's range \(entries must be < \[4, 4, 4, 4\]"),
+    (loaded_dict(**{"state.history": np.full((4, 1), 4, np.int32)}), r"'state.history' holds indices up to 4,"),
+    (loaded_dict(options=np.asarray('{"d": 4, "s": 2, "ridge": 1.0, "beta": 0.0}')),
+     r"'options' differs from this tuner's: s 2 saved, 1 here"),
+    (loaded_dict(space=np.asarray("[]")), r"'space' differs .* hyperparameters \[\] saved, \['learning_rate'"),
+    (loaded_dict(space=np.asarray("not json")), r"'space' must be JSON text"),
     ([("tuner", "hypercontroller")], "expected a mapping"),
 ])
 def test_bad_state_dict_raises_and_changes_nothing(bad, match):
@@ -156,7 +163,7 @@ def test_bad_state_dict_raises_and_changes_nothing(bad, match):
 
 def test_loading_another_tuners_options_is_refused():
     other = hcjax.HostTuner("hypercontroller", SPACE, d=5).state_dict()
-    with pytest.raises(ValueError, match="other options"):
+    with pytest.raises(ValueError, match="'options' differs from this tuner's: d 5 saved, 4 here"):
         hcjax.HostTuner("hypercontroller", SPACE, d=4).load_state_dict(other)
 
 

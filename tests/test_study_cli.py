@@ -168,7 +168,7 @@ def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, tmp
     assert code == 0, err
     moved = list((study / "units" / "corrupt").glob("CartPole-v1__fixed.npz.*"))
     assert len(moved) == 1 and moved[0].stat().st_size == 100
-    assert f"moved to {moved[0]}" in err and "done CartPole-v1 / fixed" in err
+    assert f"moved {path} to {moved[0]}" in err and "done CartPole-v1 / fixed" in err
     assert R.load_unit(path).train_reward.shape == (1, 2)
 
 

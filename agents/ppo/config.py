@@ -118,6 +118,34 @@ def largest_batch(p) -> int:
     return int(max(p.options)) if p.options is not None else int(p.high)
 
 
+def max_rollout_steps(config: PPOConfig, space) -> int:
+    """The rollout's fixed length in steps: ceil(max batch / num_envs), the max batch being
+    `max_batch_size`, else the space's largest batch_size, else `batch_size`."""
+    if config.max_batch_size is not None:
+        max_batch = config.max_batch_size
+    elif "batch_size" in space.names:
+        max_batch = largest_batch(space.hyperparameters[space.index("batch_size")])
+    else:
+        max_batch = config.batch_size
+    return -(-max_batch // config.num_envs)
+
+
+def check_batch_options(config: PPOConfig, space) -> None:
+    """ValueError when two options of a categorical batch_size give the same rollout
+    (ceil(batch_size / num_envs) steps, at most `max_rollout_steps`): they would be one
+    configuration recorded as two."""
+    if "batch_size" not in space.names or space.hyperparameters[space.index("batch_size")].options is None:
+        return
+    options = space.hyperparameters[space.index("batch_size")].options
+    cap = max_rollout_steps(config, space)
+    steps = [min(-(-int(o) // config.num_envs), cap) for o in options]
+    if len(set(steps)) < len(steps):
+        raise ValueError(f"tuner space: batch_size options {list(options)} give rollouts of {steps} steps with "
+                         f"num_envs={config.num_envs} (ceil(batch_size / num_envs), at most {cap}): options of "
+                         f"the same length are the same configuration; keep one per length (multiples of num_envs "
+                         f"are exact)")
+
+
 def check_space(space) -> None:
     """ValueError unless every hyperparameter of `space` names a TUNABLE field and its
     bounds (a categorical: its options, `check_choice`) lie in that field's allowed range."""

@@ -15,7 +15,7 @@ from flax import struct
 from agents import envs
 from agents import networks as nets
 from agents.ppo import stages
-from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_space, largest_batch
+from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_batch_options, check_space, max_rollout_steps
 from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, update_obs_stats
 from hcjax.population import Population, exploit_in_place
 from hcjax.tuner import Tuner
@@ -124,14 +124,9 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     env = envs.make(env)
     space = tuner.space
     check_space(space)
+    check_batch_options(config, space)
     index = {n: i for i, n in enumerate(space.names)}
-    if config.max_batch_size is not None:
-        max_batch = config.max_batch_size
-    elif "batch_size" in index:
-        max_batch = largest_batch(space.hyperparameters[index["batch_size"]])
-    else:
-        max_batch = config.batch_size
-    max_steps = -(-max_batch // config.num_envs)
+    max_steps = max_rollout_steps(config, space)
     N, M = max_steps * config.num_envs, config.num_minibatches
     if N < M:
         raise ValueError(f"PPOConfig.num_minibatches must be <= max batch {N} (num_envs x max_steps), got {M}")

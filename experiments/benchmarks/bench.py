@@ -25,6 +25,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from experiments import deps
+from experiments.study import provenance
 from experiments.study import store as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo", "bench_own_loop")  # quickest first
@@ -109,7 +110,7 @@ def run(out: Path, quick: bool = False, scripts=SCRIPTS) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-              "device": deps.devices(), "packages": deps.versions(), "git": R.git_commit(),
+              "device": deps.devices(), "packages": deps.versions(), "git": provenance.git_commit(),
               "quick": quick, "benchmarks": {}}
     paths = {"json": out / "report.json", "markdown": out / "report.md"}
     for name in scripts:

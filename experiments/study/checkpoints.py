@@ -122,15 +122,15 @@ class Checkpoint:
         if not fits:
             path = self.store.checkpoint_path(self.env, self.method)
             if self.write:
-                self.log(f"{path}: a checkpoint of another configuration; moved to {self.store.quarantine(path)}")
+                self.log(f"{path}: a checkpoint of another configuration; {self.store.moved_aside(path)}")
             return None
         record_arrays = {k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")}
         problem = validate.record_problem(record_arrays)
         if problem:
             path = self.store.checkpoint_path(self.env, self.method)
             if self.write:
-                self.log(f"warning: {path}: inconsistent checkpoint ({problem}); moved to "
-                         f"{self.store.quarantine(path)}, the unit starts over")
+                self.log(f"warning: {path}: inconsistent checkpoint ({problem}); "
+                         f"{self.store.moved_aside(path)}, the unit starts over")
             return None
         record = Record.from_arrays(record_arrays)
         if self.write:

@@ -8,6 +8,7 @@ import functools
 import jax
 
 from agents.ppo import METRIC_KEYS, PPOConfig, check_space, make_learner
+from agents.ppo.config import check_batch_options
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.methods import ALL_METHODS, is_population
@@ -37,6 +38,12 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
             raise ValueError(f"{where}: {e}") from None
     space = plan.space
     check_space(space)
+    for label, config in configs.items():
+        try:
+            check_batch_options(config, space)
+        except ValueError as e:
+            raise ValueError(f"study {plan.preset.name!r}" + ("" if label is None else f", env {label}") +
+                             f": {e}") from None
     unknown = sorted(set(plan.preset.tuner) - set(ALL_METHODS))
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "

@@ -248,5 +248,5 @@ def _failed(failure: UnitFailure, store: StudyDir, checkpoint: _Tracked, log: Ca
         path = store.checkpoint_path(failure.env, "+".join(failure.methods))
         if checkpoint.resumed and checkpoint.saves == 0 and path.exists():
             log(f"{failure.env} / {'+'.join(failure.methods)} failed again after resuming from {path} without a "
-                f"new segment; moved it to {store.quarantine(path)}: the next run starts this unit over")
+                f"new segment; {store.moved_aside(path)}: the next run starts this unit over")
     return failure

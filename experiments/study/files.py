@@ -19,6 +19,7 @@ The study directory itself (`--out`) may be a link: it is what the user named.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -77,6 +78,24 @@ def make_dir(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     if root is not None:
         no_links_below(root, path)
     return path
+
+
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}  # os.link's errors there
+
+
+def move_no_replace(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename `source` to `target`, FileExistsError if `target` exists: never replaces a
+    file (a hard link, then unlink; where the filesystem has no hard links, `target` is
+    created exclusively and `source` replaces that empty file)."""
+    try:
+        os.link(source, target)
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS:
+            raise
+        os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))  # FileExistsError if taken
+        os.replace(source, target)
+        return
+    os.unlink(source)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.PathLike | None = None) -> None:

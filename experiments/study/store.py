@@ -4,10 +4,11 @@ Layout of a study directory (`StudyDir` owns every path; the engine and `hcjax p
 ask it, neither spells a path):
 
     manifest.json                 the study's configuration (the resolved study), its
-                                  study key, package versions, git commit, devices,
+                                  study key, package versions, hcjax's git commit (`provenance`), devices,
                                   start time; previous runs' headers under `runs`
     units/<env>__<method>.npz     one finished unit, see `UnitResult`
-    units/corrupt/                unreadable unit files moved aside (recomputed on resume)
+    units/corrupt/                unreadable units and checkpoints moved aside (recomputed on
+                                  resume), each under a name of its own (`StudyDir.quarantine`)
     checkpoints/<unit>.npz        the training state of the unit in flight (see checkpoints); the
                                   directory is removed once no checkpoint is left
     run.log                       every run's log lines and full tracebacks, appended
@@ -38,14 +39,13 @@ import dataclasses
 import datetime
 import hashlib
 import io
+import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import filelock
 import numpy as np
@@ -60,8 +60,10 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     check_writable_dir,
     file_chars,
     make_dir,
+    move_no_replace,
 )
 from experiments.study.plan import jsonable, study_key
+from experiments.study.provenance import git_commit
 
 FORMAT = 1
 
@@ -331,11 +333,21 @@ class StudyDir:
 
     # -- units --
     def quarantine(self, path: Path) -> Path:
-        """Move an unreadable file into units/corrupt/ (kept for inspection); returns its new path."""
-        target = self.units_dir / self.CORRUPT / f"{path.name}.{datetime.datetime.now():%Y%m%dT%H%M%S}"
-        make_dir(target.parent, self.path)
-        os.replace(path, target)
-        return target
+        """Move an unreadable unit or checkpoint file into units/corrupt/ (kept for
+        inspection) as `<name>.<unit|checkpoint>.<local time>[.<n>]`, the first such name
+        that is free: nothing there is ever replaced. Returns its new path."""
+        kind = "checkpoint" if path.parent.name == self.CHECKPOINTS else "unit"
+        stem = self.units_dir / self.CORRUPT / f"{path.name}.{kind}.{datetime.datetime.now():%Y%m%dT%H%M%S}"
+        make_dir(stem.parent, self.path)
+        for n in itertools.count():
+            target = stem.with_name(f"{stem.name}.{n}" if n else stem.name)
+            with contextlib.suppress(FileExistsError):
+                move_no_replace(path, target)
+                return target
+
+    def moved_aside(self, path: Path) -> str:
+        """Quarantine `path` and say so: 'moved <path> to <new path>' (for log lines)."""
+        return f"moved {path} to {self.quarantine(path)}"
 
     def finished(self, env: str, method: str, config_key_: str, log: Callable[[str], None] = print) -> bool:
         """True when the unit's file is there with this configuration. An unreadable file is
@@ -347,7 +359,7 @@ class StudyDir:
         try:
             unit = load_unit(path)
         except CorruptFile as e:
-            log(f"{e}; moved to {self.quarantine(path)}, the unit will be recomputed")
+            log(f"{e}; {self.moved_aside(path)}, the unit will be recomputed")
             return False
         if unit.meta.get("config_key") != config_key_:
             raise ValueError(f"{path} exists with a different configuration (config key "
@@ -377,7 +389,7 @@ class StudyDir:
             with np.load(path, allow_pickle=False) as z:
                 return {k: np.asarray(z[k]) for k in z.files}
         except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
-            log(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); moved to {self.quarantine(path)}, "
+            log(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); {self.moved_aside(path)}, "
                 f"the unit starts over")
             return None
 
@@ -472,21 +484,3 @@ def load_units(out: str | os.PathLike) -> list[UnitResult]:
 
 def read_manifest(out: str | os.PathLike) -> dict | None:
     return StudyDir(out).read_manifest()
-
-
-# ---- manifest ----------------------------------------------------------------------------
-
-def git_commit(repo: str | os.PathLike | None = None) -> dict[str, Any]:
-    """{'commit': sha or None, 'dirty': bool or None} of the repository holding this code
-    (dirty: tracked files differ from the commit; untracked files, e.g. a study's own
-    output inside the checkout, do not count)."""
-    repo = repo or Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                                capture_output=True, text=True,
-                                timeout=10).stdout
-        return {"commit": sha, "dirty": bool(status.strip()) if sha else None}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}

@@ -3,7 +3,9 @@ and gives `make_tuner(name, space, **options)`, `available()` and `options(name)
 
 Adding a tuner: write `hcjax/tuners/<name>.py` whose factory
 `<name>(space, *, <options>, memory_limit_gib=...) -> hcjax.Tuner` is decorated with
-`@hcjax.tuner.register("<name>")`, and add its module to the import line below.
+`@hcjax.tuner.register("<name>")`, and add its module to the import line below. Give
+`Tuner(..., index_bounds=...)` the range of every state field that indexes something
+(arms, slots, buffer rows), so that `HostTuner.load_state_dict` refuses a state out of range.
 
 Modules: `hypercontroller` (Algorithm 1 of the paper), `fixed`, `random`,
 `random_start`, `gp_ucb`, `pb2`, `hyperband`; helpers `gp_common` (the GP tuners'

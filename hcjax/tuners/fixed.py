@@ -37,7 +37,7 @@ def constant_memory(h: int) -> int:
 def check_values(space: Space, values) -> np.ndarray:
     """`fixed.values` -> (h,) float32: h real numbers (a sequence or a 1-D array; Python,
     NumPy or JAX scalars, not bools), finite, each inside its hyperparameter's bounds
-    (the option index 0..k-1 for a categorical, as every tuner's values)."""
+    (the option index 0..k-1 for a categorical, a whole number, as every tuner's values)."""
     if hasattr(values, "shape") and hasattr(values, "dtype"):
         entries = list(np.asarray(values)) if np.ndim(values) == 1 else None
     else:
@@ -54,6 +54,9 @@ def check_values(space: Space, values) -> np.ndarray:
         if not (np.isfinite(v32) and space.low[i] <= v32 <= space.high[i]):
             raise ValueError(f"fixed.values[{i}] ({p.name!r}) must be a finite number in [{p.low}, {p.high}] (not a "
                              f"bool), got {value!r}")
+        if p.options is not None and not float(v32).is_integer():
+            raise ValueError(f"fixed.values[{i}] ({p.name!r}) is categorical: an option index, a whole number in "
+                             f"[0, {p.n_options - 1}] (options {list(p.options)}), got {value!r}")
         config[i] = v32
     return config
 

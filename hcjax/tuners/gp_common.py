@@ -234,7 +234,7 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         """(h,) the configuration in effect: `current` decoded."""
         return space.decode(state.current)
 
-    return Tuner(name, space, init, ask, tell, memory, values)
+    return Tuner(name, space, init, ask, tell, memory, values, index_bounds=(("ptr", N),))
 
 
 __all__ = ["GPSpec", "GPTunerState", "LENGTHSCALES", "NOISE_RATIOS", "check_gp_options", "gp_memory",

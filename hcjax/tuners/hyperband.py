@@ -178,4 +178,5 @@ def hyperband(space: Space, *, budget: int = 200, eta: int = 3,
         """(h,) the candidate in effect (before the first ask: the first of init's table)."""
         return state.configs[state.slot]
 
-    return Tuner("hyperband", space, init, ask, tell, memory, values)
+    return Tuner("hyperband", space, init, ask, tell, memory, values,
+                 index_bounds=(("order", n_slots), ("slot", n_slots), ("pos", length)))
