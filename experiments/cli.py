@@ -16,8 +16,6 @@ import traceback
 import warnings
 from pathlib import Path
 
-import gymnasium.error
-import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
 from agents.envs.backend import problem as backend_problem
@@ -31,6 +29,12 @@ from experiments.study.checks import check
 from experiments.study.files import check_writable_dir
 from experiments.study.plan import unit_keys
 from experiments.study.store import StudyBusy, StudyDir
+
+try:  # the gymnasium extra (without it no gymnasium environment resolves)
+    import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
+    from gymnasium.error import DependencyNotInstalled
+except ImportError:
+    DependencyNotInstalled = ImportError
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
 that is a file, unwritable, in use by another run, or holding another study, a link or a
@@ -280,7 +284,7 @@ def check_environments(plan) -> None:
         try:
             with _without_known_prints():
                 build.environment(env.make)
-        except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
+        except (ImportError, DependencyNotInstalled, RuntimeError) as e:
             backend = BACKENDS.get(env.path)
             missing = backend_problem(backend) if backend is not None else None
             if isinstance(e, RuntimeError) and missing is None:
@@ -445,11 +449,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_info(args) -> int:
-    print(deps.describe())
-    problems = deps.check_apis()
-    for p in problems:
-        print(f"problem: {p}")
-    return 1 if problems else 0
+    return deps.info()
 
 
 COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "bench": cmd_bench, "info": cmd_info,

@@ -1,0 +1,35 @@
+"""The `hcjax` console script: the whole command (experiments.cli) when the studies extra
+is installed; in a core install (`pip install hcjax`) only `hcjax info`, and every other
+command exits with status 2 and the extra to install (a missing extra is the user's
+install to complete, as a missing environment dependency is)."""
+from __future__ import annotations
+
+import sys
+
+from hcjax.extras import install_hint, missing_extra
+
+try:
+    from experiments import cli
+except ImportError as err:
+    MISSING = missing_extra(err, "the hcjax command")
+    if MISSING is None:  # not a missing optional package: a broken install or our bug
+        raise
+    cli = None
+
+from experiments import deps  # noqa: E402  (after the optional import above)
+
+
+def core_main(argv: list[str]) -> int:
+    """`hcjax` without the studies extra: `info` prints the versions, the devices and the
+    missing extras (exit 0); anything else names the extra to install (exit 2)."""
+    if argv == ["info"]:
+        return deps.info()
+    print(f"hcjax: {MISSING}. Without it only `hcjax info` is available; for every command: "
+          f"{install_hint('studies')}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    if cli is not None:
+        return cli.main(argv)
+    return core_main(sys.argv[1:] if argv is None else list(argv))
