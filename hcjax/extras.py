@@ -8,7 +8,8 @@ table against it):
     agents     PPO (agents/): flax, optax, chex, gymnax
     brax       Brax environments: brax, mujoco, mujoco-mjx
     gymnasium  gymnasium environments (box2d, MuJoCo)
-    studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard, Parquet
+    studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard
+    export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
 
 Usage, where an optional package is first needed:
@@ -24,8 +25,9 @@ PROVIDED_BY = {
     "flax": "agents", "optax": "agents", "chex": "agents", "gymnax": "agents",
     "brax": "brax", "mujoco": "brax",
     "gymnasium": "gymnasium",
-    "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "pandas": "studies", "pyarrow": "studies",
-    "tensorboardX": "studies", "tensorboard": "studies",
+    "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "tensorboardX": "studies",
+    "tensorboard": "studies",
+    "pyarrow": "export",
 }
 
 

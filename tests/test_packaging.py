@@ -67,11 +67,12 @@ def test_base_dependencies_are_jax_and_numpy():
 def test_extras_table_matches_pyproject():
     for module, extra in PROVIDED_BY.items():
         assert module in extra_packages(extra), f"hcjax.extras says {extra} installs {module}; pyproject does not"
-    for extra in ("agents", "brax", "gymnasium", "studies"):
+    for extra in ("agents", "brax", "gymnasium", "studies", "export"):
         unlisted = extra_packages(extra) - set(PROVIDED_BY) - NOT_IMPORTED
         assert not unlisted, f"{extra} installs {unlisted}, missing from hcjax.extras.PROVIDED_BY"
     assert extra_packages("studies") >= extra_packages("agents")
-    assert extra_packages("all") == extra_packages("studies") | extra_packages("brax") | extra_packages("gymnasium")
+    assert extra_packages("export") == extra_packages("studies") | {"pyarrow"}
+    assert extra_packages("all") == extra_packages("export") | extra_packages("brax") | extra_packages("gymnasium")
     assert extra_packages("dev") >= extra_packages("all") | {"pytest", "pytest-xdist", "ruff", "build", "twine"}
     assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
 
