@@ -19,6 +19,7 @@ from importlib import metadata
 import jax
 import jax.numpy as jnp
 
+import hcjax
 from hcjax import gp
 from hcjax.extras import PROVIDED_BY, install_hint, missing_extra
 
@@ -37,9 +38,10 @@ PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax",
 
 
 def versions() -> dict[str, str | None]:
-    """Installed version of every package in PACKAGES (None when not installed)."""
-    out = {}
-    for name in PACKAGES:
+    """Installed version of every package in PACKAGES (None when not installed); hcjax's is
+    `hcjax.__version__` (its one source, also the package metadata's), of the code imported."""
+    out = {"hcjax": hcjax.__version__}
+    for name in PACKAGES[1:]:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hcjax
+from experiments import deps
 from hcjax.extras import PROVIDED_BY, missing_extra
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,10 @@ def test_extras_table_matches_pyproject():
     assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
 
 
-def test_version_has_one_source():
+def test_version_has_one_source(monkeypatch):
+    monkeypatch.setattr(hcjax, "__version__", "9.8.7")
+    assert deps.versions()["hcjax"] == "9.8.7"  # hcjax info prints the version of the code it runs
+    monkeypatch.undo()
     assert "version" not in PYPROJECT and "version" in PYPROJECT["dynamic"]
     dynamic = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["dynamic"]
     assert dynamic["version"] == {"attr": "hcjax.__version__"}
