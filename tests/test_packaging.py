@@ -131,12 +131,19 @@ def test_plots_without_matplotlib_name_the_studies_extra():
 
 @pytest.mark.parametrize("blocked", [("brax", "mujoco", "Box2D")])  # gymnax itself needs gymnasium
 def test_command_without_brax_resolves_the_smoke_preset(blocked):
-    """The studies extra alone (no brax, no box2d or MuJoCo) passes the smoke preset's checks."""
+    """The studies extra alone (no brax, no box2d or MuJoCo) passes the smoke preset's checks;
+    a Brax task names the brax extra."""
     result = run_python("""
         from experiments import cli
         from experiments.study import presets
         plan = presets.resolve("smoke")
         cli.check_environments(plan)
         print("envs", [e.make for e in plan.envs])
+        from agents.envs import backend, table
+        try:
+            backend.import_module("brax.envs", table.BY_NAME["brax"])
+        except ImportError as e:
+            print(e)
         """, blocked=blocked)
     assert result.returncode == 0 and "envs ['CartPole-v1']" in result.stdout, result.stderr
+    assert 'the brax backend cannot be imported' in result.stdout and 'pip install "hcjax[brax]"' in result.stdout
