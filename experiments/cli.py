@@ -16,6 +16,8 @@ import traceback
 import warnings
 from pathlib import Path
 
+import gymnasium.error  # gymnax, of the agents extra, depends on gymnasium: always here with the command
+import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
 from agents.envs.backend import problem as backend_problem
@@ -29,12 +31,6 @@ from experiments.study.checks import check
 from experiments.study.files import check_writable_dir
 from experiments.study.plan import unit_keys
 from experiments.study.store import StudyBusy, StudyDir
-
-try:  # the gymnasium extra (without it no gymnasium environment resolves)
-    import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
-    from gymnasium.error import DependencyNotInstalled
-except ImportError:
-    DependencyNotInstalled = ImportError
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
 that is a file, unwritable, in use by another run, or holding another study, a link or a
@@ -284,7 +280,7 @@ def check_environments(plan) -> None:
         try:
             with _without_known_prints():
                 build.environment(env.make)
-        except (ImportError, DependencyNotInstalled, RuntimeError) as e:
+        except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
             backend = BACKENDS.get(env.path)
             missing = backend_problem(backend) if backend is not None else None
             if isinstance(e, RuntimeError) and missing is None:

@@ -11,10 +11,9 @@ from hcjax.extras import install_hint, missing_extra
 try:
     from experiments import cli
 except ImportError as err:
-    MISSING = missing_extra(err, "the hcjax command")
-    if MISSING is None:  # not a missing optional package: a broken install or our bug
+    if missing_extra(err, "the hcjax command") is None:  # not a missing optional package: a broken install or our bug
         raise
-    cli = None
+    cli, MISSING = None, err.name.split(".")[0]
 
 from experiments import deps  # noqa: E402  (after the optional import above)
 
@@ -24,8 +23,8 @@ def core_main(argv: list[str]) -> int:
     missing extras (exit 0); anything else names the extra to install (exit 2)."""
     if argv == ["info"]:
         return deps.info()
-    print(f"hcjax: {MISSING}. Without it only `hcjax info` is available; for every command: "
-          f"{install_hint('studies')}", file=sys.stderr)
+    print(f"hcjax: the command needs the 'studies' extra ({MISSING} is not installed): {install_hint('studies')}; "
+          "without it only `hcjax info` runs", file=sys.stderr)
     return 2
 
 
