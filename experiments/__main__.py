@@ -1,6 +1,6 @@
 """`python -m experiments ...` is the `hcjax` command."""
 import sys
 
-from experiments.cli import main
+from experiments.entry import main
 
 sys.exit(main())

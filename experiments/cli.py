@@ -16,7 +16,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-import gymnasium.error
+import gymnasium.error  # gymnax, of the agents extra, depends on gymnasium: always here with the command
 import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
@@ -479,11 +479,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_info(args) -> int:
-    print(deps.describe())
-    problems = deps.check_apis()
-    for p in problems:
-        print(f"problem: {p}")
-    return 1 if problems else 0
+    return deps.info()
 
 
 COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "replay": cmd_replay, "bench": cmd_bench,

@@ -9,6 +9,7 @@ of a traceback deep inside training (gymnasium 1.4 once made pip fall back to gy
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
@@ -17,10 +18,19 @@ from importlib import metadata
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from agents import envs
+import hcjax
 from hcjax import gp
+from hcjax.extras import PROVIDED_BY, install_hint, missing_extra
+
+try:  # the agents extra: a core install has neither; `hcjax info` then says which extras are missing
+    import optax
+
+    from agents import envs
+except ImportError as err:
+    if missing_extra(err, "experiments.deps") is None:
+        raise
+    optax = envs = None
 
 # Distribution names, in the order `hcjax info` prints them.
 PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco",
@@ -28,9 +38,10 @@ PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax",
 
 
 def versions() -> dict[str, str | None]:
-    """Installed version of every package in PACKAGES (None when not installed)."""
-    out = {}
-    for name in PACKAGES:
+    """Installed version of every package in PACKAGES (None when not installed); hcjax's is
+    `hcjax.__version__` (its one source, also the package metadata's), of the code imported."""
+    out = {"hcjax": hcjax.__version__}
+    for name in PACKAGES[1:]:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -62,7 +73,26 @@ def describe() -> str:
     lines.append(f"{'devices':12s} {d['backend']}: {', '.join(d['devices'])} "
                  f"({d['device_kind']}; {d['process_count']} process(es); host {d['host']}, {d['cpu_count']} CPUs)")
     lines.append(f"{'lapack':12s} {lapack_note()}")
+    lines += [f"{'extra ' + extra:12s} {note}" for extra, note in extras().items()]
     return "\n".join(lines)
+
+
+def info() -> int:
+    """`hcjax info`: print `describe()` and one line per unsupported API; exit status 1 if any."""
+    print(describe())
+    problems = check_apis()
+    for p in problems:
+        print(f"problem: {p}")
+    return 1 if problems else 0
+
+
+def extras() -> dict[str, str]:
+    """{extra: 'installed', or which of its packages are missing and how to install them}."""
+    out = {}
+    for extra in dict.fromkeys(PROVIDED_BY.values()):
+        missing = [m for m, e in PROVIDED_BY.items() if e == extra and importlib.util.find_spec(m) is None]
+        out[extra] = f"missing {', '.join(missing)}: {install_hint(extra)}" if missing else "installed"
+    return out
 
 
 def lapack_note() -> str:
@@ -101,14 +131,16 @@ PROBES: dict[str, Callable[[], object]] = {"jax": _probe_jax, "optax": _probe_op
 
 
 def check_apis() -> list[str]:
-    """One line per unsupported dependency API (empty when everything is supported)."""
+    """One line per unsupported dependency API (empty when everything is supported); in a
+    core install (no agents extra) jax's only."""
     problems = []
     installed = versions()
     for package, probe in PROBES.items():
+        if optax is None and package != "jax":
+            continue
         try:
             probe()
         except Exception as e:  # noqa: BLE001 - every failure is a problem to name
             problems.append(f"{package} {installed.get(package)}: unsupported API ({type(e).__name__}: {e}); "
                             f"see the bounds in pyproject.toml or install with -c constraints.txt")
-    problems += _probe_envs()
-    return problems
+    return problems + (_probe_envs() if envs is not None else [])

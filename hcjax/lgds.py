@@ -22,13 +22,13 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
+from hcjax import pytree
 from hcjax.space import unit_space
 from hcjax.tuner import Tuner, check_float, check_int
 
 
-@struct.dataclass
+@pytree.dataclass
 class LGDS:
     """gamma: (K, K); noise_chol: (K, K) lower Cholesky factor of Q; sigma: () observation
     noise std; z0: (K,) initial state (after burn-in); h, d: static grid shape."""
@@ -37,8 +37,8 @@ class LGDS:
     noise_chol: jax.Array
     sigma: jax.Array
     z0: jax.Array
-    h: int = struct.field(pytree_node=False)
-    d: int = struct.field(pytree_node=False)
+    h: int = pytree.static_field()
+    d: int = pytree.static_field()
 
 
 def config_coordinates(h: int, d: int) -> np.ndarray:

@@ -4,6 +4,7 @@ hcjax and never back, and modules import JAX and our packages at module level on
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,19 @@ def test_data_flows_experiments_agents_hcjax(package, not_below):
         for node in import_nodes(tree):
             offenders += [f"{module}:{node.lineno} imports {name}"
                           for name in imported_names(module, path, tree, node) if name.split(".")[0] in not_below]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_hcjax_imports_only_jax_numpy_and_the_standard_library():
+    """The core package needs only its base dependencies (issue 27): the RL packages,
+    plotting and the rest are extras of agents/ and experiments/."""
+    allowed = set(sys.stdlib_module_names) | {"jax", "numpy", "hcjax"}
+    offenders = []
+    for module, path in module_files("hcjax").items():
+        tree = parse(path)
+        for node in import_nodes(tree):
+            offenders += [f"{module}:{node.lineno} imports {name}" for name in imported_names(module, path, tree, node)
+                          if name.split(".")[0] not in allowed]
     assert not offenders, "\n".join(offenders)
 
 

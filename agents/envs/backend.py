@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from hcjax.extras import PROVIDED_BY, install_hint
+
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
@@ -62,7 +64,8 @@ def problem(backend: Backend) -> str | None:
     package, need = backend.package, backend.min_version
     have = installed_version(package)
     if have is None:
-        return f"{package} is not installed; agents.envs needs {package}>={need} (pip install '{package}>={need}')"
+        return (f"{package} is not installed; agents.envs needs {package}>={need} "
+                f"({install_hint(PROVIDED_BY[package])}, or pip install '{package}>={need}')")
     if too_old(have, need):
         why = f" ({backend.version_note})" if backend.version_note else ""
         return (f"{package} {have} is installed; agents.envs needs {package}>={need}{why}: "
@@ -83,8 +86,9 @@ def import_module(module: str, backend: Backend):
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(f"agents.envs: the {backend.package} backend cannot be imported ({err}); "
-                          f"install it: pip install '{backend.package}>={backend.min_version}'") from err
+        raise ImportError(f"agents.envs: the {backend.package} backend cannot be imported ({err}); install it: "
+                          f"{install_hint(PROVIDED_BY[backend.package])}, or pip install "
+                          f"'{backend.package}>={backend.min_version}'") from err
 
 
 def is_instance(obj, module: str, cls: str) -> bool:

@@ -54,9 +54,11 @@ from experiments.study.store import (
     read_manifest,
     unit_name,
 )
+from hcjax.extras import require
 
 
 def _matplotlib():
+    require("figures (experiments.reporting.plots)", "matplotlib")  # else an ImportError naming hcjax[studies]
     import matplotlib
 
     matplotlib.use("Agg")

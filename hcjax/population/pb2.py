@@ -43,9 +43,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from hcjax import gp
+from hcjax import gp, pytree
 from hcjax.population.base import (
     Population,
     check_objectives,
@@ -62,7 +61,7 @@ from hcjax.tuners.pb2 import GRID_AXES, pb2_beta, pb2_correlation, pb2_targets
 from hcjax.tuners.random import sample
 
 
-@struct.dataclass
+@pytree.dataclass
 class PB2PopulationState:
     """values: (n, h) configurations in effect; ring buffer of N observations: x (N, h)
     in [0, 1], time (N,) float32 time index, y (N,) objective changes, mask (N,) bool,

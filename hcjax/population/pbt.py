@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
+from hcjax import pytree
 from hcjax.population.base import (
     Population,
     check_objectives,
@@ -50,7 +50,7 @@ from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, check_float, valid_objective
 from hcjax.tuners.random import sample
 
 
-@struct.dataclass
+@pytree.dataclass
 class PBTState:
     """values: (n, h) float32 configurations in effect (natural units); t: int32 steps
     done; n_invalid: int32 invalid objectives seen; n_replaced: int32 agents replaced.

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
+from hcjax import pytree
 from hcjax.population.base import (
     Population,
     check_objectives,
@@ -43,7 +43,7 @@ from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, valid_objective
 from hcjax.tuners import hypercontroller as C
 
 
-@struct.dataclass
+@pytree.dataclass
 class SharedControllerState(C.ModelViews):
     """models: (h, d^s, d, s*s + 2s) shared ridge models packed as in
     `hcjax.tuners.hypercontroller.ControllerState`; per agent: history (n, h, s) int32 last s arms,

@@ -4,13 +4,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
+from hcjax import pytree
 from hcjax.space import Space, real_scalar
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register, valid_objective
 
 
-@struct.dataclass
+@pytree.dataclass
 class ConstantState:
     """values: (h,) the configuration in effect; n_invalid: int32 invalid objectives told."""
 

@@ -27,9 +27,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from hcjax import gp
+from hcjax import gp, pytree
 from hcjax.space import Space
 from hcjax.tuner import Tuner, check_int, check_memory, valid_objective
 
@@ -37,7 +36,7 @@ LENGTHSCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 NOISE_RATIOS = (1e-3, 1e-2, 1e-1, 1.0)
 
 
-@struct.dataclass
+@pytree.dataclass
 class GPTunerState:
     """Ring buffer of N observations and the configuration in effect.
 

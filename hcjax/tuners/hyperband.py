@@ -28,8 +28,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
+from hcjax import pytree
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_int, check_memory, register, valid_objective
 
@@ -94,7 +94,7 @@ def hyperband_memory(h: int, budget: int, eta: int) -> int:
     return 2 * state + n_slots * (16 * h + 64) + 14 * length + 1024
 
 
-@struct.dataclass
+@pytree.dataclass
 class HyperbandState:
     """configs: (n_slots, h) candidates of the bracket; sums, counts: (n_slots,) float32
     sum and number of valid objectives per candidate; alive: (n_slots,) bool candidates

@@ -30,8 +30,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
+from hcjax import pytree
 from hcjax.space import FLOAT32_MAX, Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_float, check_int, check_memory, register, valid_objective
 
@@ -53,7 +53,7 @@ class ModelViews:
         return unpack_models(self.models, self.window.shape[-1])[2]
 
 
-@struct.dataclass
+@pytree.dataclass
 class ControllerState(ModelViews):
     """models: (h, d^s, d, s*s + 2s) float32, the ridge model of each (hyperparameter,
     context, arm) packed as [V row-major (s*s) | B (s) | G (s)], so that a decision

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
+from hcjax import pytree
 from hcjax.tuner import Tuner
 
 
-@struct.dataclass
+@pytree.dataclass
 class StackedState:
     """states: one state per stacked tuner (their own pytrees); which: int32 index of
     the tuner in effect."""

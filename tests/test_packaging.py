@@ -1,0 +1,151 @@
+"""The lean core install (issue 27): the extras table agrees with pyproject.toml, the version
+has one source, and a part whose extra is missing says which extra to install. Missing
+packages are simulated in a fresh interpreter by `sys.modules[name] = None` (Python then
+raises ModuleNotFoundError on import), so nothing is uninstalled."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import hcjax
+from experiments import deps
+from hcjax.extras import PROVIDED_BY, missing_extra
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# Extra packages that no code here imports: pulled in for another package (six for gymnax
+# 1.0.1, mujoco-mjx for brax), or only the bound of an indirect dependency (chex).
+NOT_IMPORTED = {"six", "mujoco-mjx"}
+
+
+def requirement_name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+
+
+def extra_packages(extra: str) -> set[str]:
+    """The distribution names an extra installs, its hcjax[...] references followed."""
+    names = set()
+    for requirement in PYPROJECT["optional-dependencies"][extra]:
+        nested = re.fullmatch(r"hcjax\[([a-z,]+)\]", requirement)
+        if nested:
+            names |= {n for e in nested.group(1).split(",") for n in extra_packages(e)}
+        else:
+            names.add(requirement_name(requirement))
+    return names
+
+
+def run_python(code: str, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (this checkout first on the path) where importing
+    any of `blocked` fails as if it were not installed."""
+    prelude = f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_import_hcjax_imports_no_optional_package():
+    optional = set(PROVIDED_BY) - {"filelock"}  # jax itself imports filelock when it is installed
+    result = run_python(f"""
+        import hcjax
+        space = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, scale="log")])
+        hcjax.make_tuner("hypercontroller", space, d=4, s=1)
+        print(sorted({{m.split(".")[0] for m in sys.modules}} & {optional!r}))
+        """, blocked=())
+    assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr)
+
+
+def test_base_dependencies_are_jax_and_numpy():
+    assert {requirement_name(r) for r in PYPROJECT["dependencies"]} == {"jax", "jaxlib", "numpy"}
+
+
+def test_extras_table_matches_pyproject():
+    for module, extra in PROVIDED_BY.items():
+        assert module in extra_packages(extra), f"hcjax.extras says {extra} installs {module}; pyproject does not"
+    for extra in ("agents", "brax", "gymnasium", "studies", "export"):
+        unlisted = extra_packages(extra) - set(PROVIDED_BY) - NOT_IMPORTED
+        assert not unlisted, f"{extra} installs {unlisted}, missing from hcjax.extras.PROVIDED_BY"
+    assert extra_packages("studies") >= extra_packages("agents")
+    assert extra_packages("export") == extra_packages("studies") | {"pyarrow"}
+    assert extra_packages("all") == extra_packages("export") | extra_packages("brax") | extra_packages("gymnasium")
+    assert extra_packages("dev") >= extra_packages("all") | {"pytest", "pytest-xdist", "ruff", "build", "twine"}
+    assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
+
+
+def test_version_has_one_source(monkeypatch):
+    monkeypatch.setattr(hcjax, "__version__", "9.8.7")
+    assert deps.versions()["hcjax"] == "9.8.7"  # hcjax info prints the version of the code it runs
+    monkeypatch.undo()
+    assert "version" not in PYPROJECT and "version" in PYPROJECT["dynamic"]
+    dynamic = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["dynamic"]
+    assert dynamic["version"] == {"attr": "hcjax.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", hcjax.__version__)
+
+
+def test_missing_extra_names_the_extra_of_an_optional_package_only():
+    named = missing_extra(ModuleNotFoundError("No module named 'brax.envs'", name="brax.envs"), "a Brax task")
+    assert isinstance(named, ImportError) and 'pip install "hcjax[brax]"' in str(named) and named.name == "brax"
+    assert missing_extra(ModuleNotFoundError("No module named 'nothing'", name="nothing"), "x") is None
+    assert missing_extra(ImportError("cannot import name 'x' from 'flax'", name="flax"), "x") is None  # a bad API
+
+
+def test_core_install_runs_the_command_info_only():
+    """Without the agents and studies extras: `hcjax info` prints versions and the missing
+    extras (exit 0); `hcjax run` exits 2 naming the extra; importing agents or the figures
+    raises an ImportError that names its extra."""
+    result = run_python("""
+        from experiments import entry
+        print("info status", entry.main(["info"]))
+        print("run status", entry.main(["run", "--preset", "smoke"]))
+        try:
+            import agents
+        except ImportError as e:
+            print("agents:", e)
+        """, blocked=tuple(PROVIDED_BY))
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "info status 0" in out and f"hcjax        {hcjax.__version__}" in out
+    assert 'extra agents missing flax, optax, chex, gymnax: pip install "hcjax[agents]"' in out
+    assert "run status 2" in out
+    assert "hcjax: the command needs the 'studies' extra (gymnasium is not installed): " \
+           'pip install "hcjax[studies]"; without it only `hcjax info` runs' in result.stderr
+    assert 'agents: the agents package (PPO) needs the \'agents\' extra (flax is not installed): ' \
+           'pip install "hcjax[agents]"' in out
+
+
+def test_plots_without_matplotlib_name_the_studies_extra():
+    result = run_python("""
+        from experiments.reporting import plots
+        try:
+            plots._matplotlib()
+        except ImportError as e:
+            print(e)
+        """, blocked=("matplotlib",))
+    assert 'figures (experiments.reporting.plots) needs the \'studies\' extra (matplotlib is not installed): ' \
+           'pip install "hcjax[studies]"' in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("blocked", [("brax", "mujoco", "Box2D")])  # gymnax itself needs gymnasium
+def test_command_without_brax_resolves_the_smoke_preset(blocked):
+    """The studies extra alone (no brax, no box2d or MuJoCo) passes the smoke preset's checks;
+    a Brax task names the brax extra."""
+    result = run_python("""
+        from experiments import cli
+        from experiments.study import presets
+        plan = presets.resolve("smoke")
+        cli.check_environments(plan)
+        print("envs", [e.make for e in plan.envs])
+        from agents.envs import backend, table
+        try:
+            backend.import_module("brax.envs", table.BY_NAME["brax"])
+        except ImportError as e:
+            print(e)
+        """, blocked=blocked)
+    assert result.returncode == 0 and "envs ['CartPole-v1']" in result.stdout, result.stderr
+    assert 'the brax backend cannot be imported' in result.stdout and 'pip install "hcjax[brax]"' in result.stdout
