@@ -10,7 +10,13 @@ cli.py       the `hcjax` command
 load(directory)                    a study's results as pandas DataFrames (reporting.frames)
 replay(directory, unit, seeds)     a finished unit's schedules rerun on new seeds (study.schedules)
 """
-from experiments.reporting.frames import Results, load
+
+
+def load(directory):
+    """`experiments.reporting.frames.load` (imported when called: it needs the studies extra)."""
+    from experiments.reporting import frames
+
+    return frames.load(directory)
 
 
 def replay(source, unit, seeds, out=None, on_segment=lambda k: None):
@@ -20,4 +26,4 @@ def replay(source, unit, seeds, out=None, on_segment=lambda k: None):
     return schedules.replay(source, unit, seeds, out=out, on_segment=on_segment)
 
 
-__all__ = ["Results", "load", "replay"]
+__all__ = ["load", "replay"]

@@ -8,7 +8,7 @@ table against it):
     agents     PPO (agents/): flax, optax, chex, gymnax
     brax       Brax environments: brax, mujoco, mujoco-mjx
     gymnasium  gymnasium environments (box2d, MuJoCo)
-    studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard
+    studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard, pandas
     export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
 
@@ -26,7 +26,7 @@ PROVIDED_BY = {
     "brax": "brax", "mujoco": "brax",
     "gymnasium": "gymnasium",
     "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "tensorboardX": "studies",
-    "tensorboard": "studies",
+    "tensorboard": "studies", "pandas": "studies",
     "pyarrow": "export",
 }
 

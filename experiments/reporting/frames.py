@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from experiments.reporting import export
 from experiments.study.store import StudyDir, UnitResult
+from hcjax.extras import require
 
 
 @dataclasses.dataclass
@@ -33,6 +34,7 @@ class Results:
 
 def frames(units: Iterable[UnitResult]) -> Results:
     """The units' tables as DataFrames (one DataFrame per table, units in the order given)."""
+    require("experiments.load (results as DataFrames)", "pandas")
     import pandas as pd
 
     units = list(units)
