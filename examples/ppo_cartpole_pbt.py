@@ -135,7 +135,10 @@ def make_train(config):
 
 
 def run_pbt(config, rng, n_agents):
-    """PBT over n_agents seeds: num_updates // READY intervals, exploit and explore between them."""
+    """PBT over n_agents seeds: num_updates / READY intervals, exploit and explore between them."""
+    num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
+    if num_updates % config["READY"]:  # every interval runs READY updates: a remainder would be dropped
+        raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
     train = make_train(config)
     first, later = jax.jit(jax.vmap(lambda r, hp: train(r, hp))), jax.jit(jax.vmap(train))
     rng, _rng = jax.random.split(rng)
@@ -143,7 +146,6 @@ def run_pbt(config, rng, n_agents):
     rngs = jax.random.split(rng, n_agents)
     out = first(rngs, SPACE.as_dict(values))
     objective, history = jnp.zeros(n_agents), [{**out["metrics"], "values": values}]
-    num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
     for interval in range(1, num_updates // config["READY"]):
         info = out["metrics"]  # leaves (n_agents, READY, steps, envs)
         now = jax.vmap(hcjax.objectives.mean_return)(info["returned_episode_returns"], info["returned_episode"])

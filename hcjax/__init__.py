@@ -30,12 +30,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from hcjax import objectives, optax
 from hcjax.host import HostTuner
+from hcjax.keys import check_keys
 from hcjax.population import Population, exploit, make_population, population_options, populations
 from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
 from hcjax.tuner import Tuner
 from hcjax.tuners import available, make_tuner, options
 
-__all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "exploit", "make_population",
-           "make_tuner", "objectives", "optax", "options", "population_options", "populations", "ppo_space",
-           "unit_space"]
+__all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "check_keys", "exploit",
+           "make_population", "make_tuner", "objectives", "optax", "options", "population_options", "populations",
+           "ppo_space", "unit_space"]
 __version__ = "0.1.0"

@@ -10,6 +10,14 @@ arrays in the state, then set them from a tuner's values inside the jitted step:
 
 No optax import: any node of the state with a `hyperparams` dict and `_replace` (optax's
 InjectHyperparamsState and InjectStatefulHyperparamsState) is recognised.
+
+Two kinds of hyperparameter cannot take a tuned value, and are refused by name:
+a scheduled one (`learning_rate=optax.linear_schedule(...)`: inject_hyperparams
+recomputes it from the schedule at every update, overwriting what was set; tune a
+multiplier of the schedule instead, `inject_hyperparams(optax.scale)(step_size=1.0)`
+chained after the optimiser, see docs/own-training-loop.md) and an integer one (built
+from a Python int, `sgd(learning_rate=1)` or `adamw(..., weight_decay=0)`: a tuned
+1e-4 would be truncated to 0; build it with a float, `1.0` or `0.0`).
 """
 from __future__ import annotations
 
@@ -24,10 +32,20 @@ def _injected(node) -> bool:
     return isinstance(getattr(node, "hyperparams", None), dict) and hasattr(node, "_replace")
 
 
+def _injected_nodes(opt_state) -> list:
+    return [node for node in jax.tree_util.tree_leaves(opt_state, is_leaf=_injected) if _injected(node)]
+
+
 def hyperparam_names(opt_state) -> tuple[str, ...]:
     """The names of every injected hyperparameter of `opt_state`, sorted."""
-    nodes = jax.tree_util.tree_leaves(opt_state, is_leaf=_injected)
-    return tuple(sorted({name for node in nodes if _injected(node) for name in node.hyperparams}))
+    return tuple(sorted({name for node in _injected_nodes(opt_state) for name in node.hyperparams}))
+
+
+def scheduled_names(opt_state) -> tuple[str, ...]:
+    """The injected hyperparameters of `opt_state` that follow a schedule, sorted (optax
+    keeps their schedule states in `hyperparams_states`); `set_hyperparams` refuses them."""
+    return tuple(sorted({name for node in _injected_nodes(opt_state)
+                         for name in (getattr(node, "hyperparams_states", None) or {})}))
 
 
 def set_hyperparams(opt_state, values: Mapping[str, Any]):
@@ -39,8 +57,11 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
     Works under jit and vmap.
 
     ValueError (at trace time) if no name of `values` is an injected hyperparameter
-    (naming the ones there: a misspelt learning rate is not silently dropped), or for
-    a value that is not a scalar. `hyperparam_names(opt_state)` lists them."""
+    (naming the ones there: a misspelt learning rate is not silently dropped), for a
+    value that is not a scalar, for a hyperparameter that follows a schedule (optax
+    would overwrite it at the next update) and for one stored as an integer (built
+    from a Python int: the tuned value would be truncated). `hyperparam_names(opt_state)`
+    lists them."""
     names = hyperparam_names(opt_state)
     used = {name: value for name, value in values.items() if name in names}
     if not used:
@@ -50,6 +71,20 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
     for name, value in used.items():
         if jnp.ndim(value) != 0:
             raise ValueError(f"set_hyperparams: {name!r} must be a scalar, got shape {jnp.shape(value)}")
+    scheduled = sorted(set(used) & set(scheduled_names(opt_state)))
+    if scheduled:
+        raise ValueError(f"set_hyperparams: {scheduled} follow a schedule in this optimiser, and "
+                         "optax.inject_hyperparams recomputes them from it at every update (a value set here would "
+                         "be overwritten); build the optimiser with a constant, or keep the schedule and tune a "
+                         "multiplier: chain optax.inject_hyperparams(optax.scale)(step_size=1.0) after it and tune "
+                         "'step_size' (docs/own-training-loop.md, learning-rate schedules)")
+    integer = sorted({name for node in _injected_nodes(opt_state) for name, old in node.hyperparams.items()
+                      if name in used and not jnp.issubdtype(jnp.result_type(old), jnp.inexact)})
+    if integer:
+        raise ValueError(f"set_hyperparams: {integer} are stored as integers in the optimiser state (it was built "
+                         "with a Python int, e.g. learning_rate=1 or weight_decay=0), so a tuned value would be "
+                         "truncated (1e-4 becomes 0); build the optimiser with a float (learning_rate=1.0, "
+                         "weight_decay=0.0)")
 
     def replace(node):
         if not _injected(node):

@@ -83,7 +83,8 @@ class Tuner(NamedTuple):
         state: this tuner's state; key: a PRNG key, one per iteration (the iteration's
         own key is fine: the ask uses `jax.random.fold_in(key, STEP_KEY_TAG)`); objective:
         scalar, higher is better, NaN to tell nothing useful (it is ignored and counted);
-        decide: a Python bool or a bool scalar array -> (state, values (h,) float32: the
+        decide: a Python bool or a bool scalar array (anything else, e.g. "no", None or
+        an int, is a ValueError naming `decide`) -> (state, values (h,) float32: the
         configuration in effect for the next iteration, `values(state)`).
 
         The same numbers as `state = tell(state, objective)` followed, when `decide`, by
@@ -94,6 +95,7 @@ class Tuner(NamedTuple):
         deciding iterations only. A batched `decide` still gives the right numbers, but
         vmap turns the cond into a select that computes every ask at every iteration.
         """
+        check_decide(self.name, decide)
         state = self.tell(state, objective)
         ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
         if isinstance(decide, (bool, np.bool_)):
@@ -107,6 +109,48 @@ class Tuner(NamedTuple):
             return s, jnp.asarray(self.values(s), jnp.float32)
 
         return jax.lax.cond(jnp.asarray(decide, bool), asked, kept, state)
+
+
+def check_decide(name: str, decide) -> None:
+    """ValueError unless `decide` is a Python or NumPy bool, or a bool array of shape ()
+    (a tracer too): a string such as "no" would be truthy, None or 0/1 ambiguous."""
+    if isinstance(decide, (bool, np.bool_)):
+        return
+    dtype, shape = getattr(decide, "dtype", None), getattr(decide, "shape", None)
+    if dtype is None or dtype != np.bool_ or tuple(shape) != ():
+        raise ValueError(f"{name}.step: decide must be a Python bool or a bool scalar array (e.g. "
+                         f"`update_i % 4 == 0`), got {decide!r}")
+
+
+INIT_DOC = """init(key) -> state: key: a PRNG key, one per agent (under jax.vmap give every agent
+its own: `hcjax.check_keys(keys)` refuses repeats) -> the tuner's state, a pytree of
+fixed-shape arrays; `values(state)` is the configuration it drew, in effect until the
+first ask."""
+ASK_DOC = """ask(state, key) -> (state, values): key: a PRNG key -> the new state and values (h,)
+float32, the next configuration in natural units, inside the space's bounds (integer
+hyperparameters rounded); it is in effect until the next ask."""
+TELL_DOC = """tell(state, objective) -> state: objective: a real scalar (higher is better) observed
+with the configuration in effect, `values(state)`; NaN or |objective| > 1e15 is ignored
+and counted. A non-scalar objective is a ValueError when traced."""
+VALUES_DOC = """values(state) -> (h,) float32: the configuration in effect, the one `tell` reports
+on (right after `init`: the one init drew; after an `ask`: the values it returned)."""
+
+
+def documented(tuner: Tuner) -> Tuner:
+    """`tuner` with its init, ask, tell and values wrapped to carry the interface's
+    docstrings (`help(tuner.ask)`); the wrappers only call through (jit, vmap and scan
+    see the same functions)."""
+
+    def wrap(fn, doc):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        call.__doc__ = doc
+        return call
+
+    return tuner._replace(init=wrap(tuner.init, INIT_DOC), ask=wrap(tuner.ask, ASK_DOC),
+                          tell=wrap(tuner.tell, TELL_DOC), values=wrap(tuner.values, VALUES_DOC))
 
 
 class Registry:

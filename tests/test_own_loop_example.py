@@ -1,6 +1,7 @@
 """docs/own-training-loop.md: its PureJaxRL-style PPO example (examples/ppo_cartpole*.py)
-runs at tiny sizes, the guide quotes the untuned script and the diffs to the tuned and
-population versions exactly, and the line counts it states are the diff's."""
+and DQN example (examples/dqn_cartpole*.py) run at tiny sizes, the guide quotes the
+untuned PPO script and the diffs to the tuned and population versions and to the tuned
+DQN exactly, and the line counts it states are the diffs'."""
 import difflib
 import json
 import pathlib
@@ -8,21 +9,25 @@ import re
 
 import jax
 import numpy as np
+import pytest
 
 import hcjax
-from examples import ppo_cartpole, ppo_cartpole_pbt, ppo_cartpole_tuned
+from examples import dqn_cartpole, dqn_cartpole_tuned, ppo_cartpole, ppo_cartpole_pbt, ppo_cartpole_tuned
 from experiments.benchmarks import bench_own_loop
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "own-training-loop.md"
 TINY = dict(ppo_cartpole.CONFIG, NUM_ENVS=2, NUM_STEPS=32, TOTAL_TIMESTEPS=9 * 64, UPDATE_EPOCHS=1, NUM_MINIBATCHES=2)
+# 40 updates of 2 envs, learning from update 8, a greedy evaluation (and a decision) every 10 updates
+TINY_DQN = dict(dqn_cartpole.CONFIG, NUM_ENVS=2, BUFFER_SIZE=64, BATCH_SIZE=8, TOTAL_TIMESTEPS=80, EPS_ANNEAL_TIME=40,
+                LEARNING_STARTS=16, TARGET_UPDATE_INTERVAL=5, EVAL_EVERY=10, EVAL_EPISODES=2)
 
 
-def unified(other: str) -> list[str]:
-    """The unified diff (one line of context) from ppo_cartpole.py to examples/`other`."""
-    a = (ROOT / "examples" / "ppo_cartpole.py").read_text().splitlines()
+def unified(other: str, base: str = "ppo_cartpole.py") -> list[str]:
+    """The unified diff (one line of context) from examples/`base` to examples/`other`."""
+    a = (ROOT / "examples" / base).read_text().splitlines()
     b = (ROOT / "examples" / other).read_text().splitlines()
-    return list(difflib.unified_diff(a, b, "ppo_cartpole.py", other, n=1, lineterm=""))
+    return list(difflib.unified_diff(a, b, base, other, n=1, lineterm=""))
 
 
 def counts(diff: list[str]) -> tuple[int, int]:
@@ -36,15 +41,16 @@ def fenced(kind: str) -> list[str]:
 
 
 def test_guide_quotes_the_scripts_and_their_diffs():
-    assert fenced("python") == [(ROOT / "examples" / "ppo_cartpole.py").read_text()]
-    diffs = fenced("diff")
-    assert diffs[0] == "\n".join(unified("ppo_cartpole_tuned.py")) + "\n"
-    assert diffs[1] == "\n".join(unified("ppo_cartpole_pbt.py")) + "\n"
-    added, removed = counts(unified("ppo_cartpole_tuned.py"))
-    assert (added, removed) == (16, 6)  # the counts the guide states
+    assert fenced("python")[0] == (ROOT / "examples" / "ppo_cartpole.py").read_text()
+    dqn = unified("dqn_cartpole_tuned.py", "dqn_cartpole.py")
+    assert fenced("diff") == ["\n".join(diff) + "\n" for diff in  # in the guide's order
+                              (unified("ppo_cartpole_tuned.py"), dqn, unified("ppo_cartpole_pbt.py"))]
     text = GUIDE.read_text()
-    assert f"{added} lines added and {removed} removed" in text
-    assert f"{added - removed} more lines" in text
+    for diff, stated in ((unified("ppo_cartpole_tuned.py"), (16, 6)), (dqn, (16, 7))):
+        added, removed = counts(diff)
+        assert (added, removed) == stated  # the counts the guide states
+        assert f"{added} lines added and {removed} removed" in text
+        assert f"{added - removed} more lines" in text
 
 
 def test_untuned_and_tuned_scripts_run():
@@ -69,11 +75,38 @@ def test_untuned_and_tuned_scripts_run():
     assert int(np.asarray(tuner_state.t).min()) >= 1 and np.all(np.isfinite(level))  # episodes finished, told
 
 
+def test_untuned_and_tuned_dqn_run():
+    rngs = jax.random.split(jax.random.PRNGKey(0), 2)
+    plain = jax.jit(jax.vmap(dqn_cartpole.make_train(TINY_DQN)))(rngs)
+    out = jax.jit(jax.vmap(dqn_cartpole_tuned.make_train(TINY_DQN)))(rngs)
+    evaluating = np.arange(40) % 10 == 9
+    for run in (plain, out):
+        greedy = np.asarray(run["metrics"]["greedy_return"])  # (seeds, updates)
+        assert greedy.shape == (2, 40) and np.all(np.isnan(greedy[:, ~evaluating]))
+        assert np.all((greedy[:, evaluating] >= 1) & (greedy[:, evaluating] <= 500))  # whole greedy episodes
+        assert np.all(np.isfinite(np.asarray(jax.tree.leaves(run["runner_state"][0].params if run is plain
+                                                             else run["runner_state"][0][0].params)[0])))
+    metrics = out["metrics"]
+    lr, floor = np.asarray(metrics["learning_rate"]), np.asarray(metrics["eps_floor"])
+    assert np.all((lr >= 1e-4 * (1 - 1e-6)) & (lr <= 1e-2 * (1 + 1e-6)))
+    assert np.all((floor >= 0.01 * (1 - 1e-6)) & (floor <= 0.3 * (1 + 1e-6)))
+    changed = (np.diff(lr, axis=1) != 0) | (np.diff(floor, axis=1) != 0)  # between update k and k + 1
+    assert not np.any(changed[:, ~evaluating[:-1]]) and np.any(changed[:, evaluating[:-1]])  # decided at evaluations
+    eps = np.asarray(metrics["eps"])  # annealed from 1 to the tuned floor over 20 updates
+    np.testing.assert_allclose(eps[:, -1], floor[:, -1], rtol=1e-6)
+    train_state = out["runner_state"][0][0]
+    np.testing.assert_array_equal(train_state.opt_state.hyperparams["learning_rate"], lr[:, -1])
+    tuner_state, level = out["runner_state"][1]
+    assert int(np.asarray(tuner_state.t).min()) == 3  # 4 evaluations: the first sets the level, three are told
+    np.testing.assert_allclose(level, np.asarray(metrics["greedy_return"])[:, -1], rtol=1e-6)
+
+
 def test_population_recipe_runs():
     agents = 4
     config = dict(TINY, READY=3)
     out, history = ppo_cartpole_pbt.run_pbt(config, jax.random.PRNGKey(1), agents)
     assert len(history) == 3  # three intervals of 3 updates: two PBT steps between them
+    assert sum(np.asarray(i["returned_episode"]).shape[1] for i in history) == 9  # every update ran
     for interval in history[1:]:
         objective, parents = np.asarray(interval["objective"]), np.asarray(interval["parents"])
         assert objective.shape == (agents,) and np.all(np.isfinite(objective))
@@ -91,9 +124,17 @@ def test_population_recipe_runs():
     assert hcjax.population_options("pbt")["min_gap"] is None  # the recipe sets min_gap=0 itself
 
 
+def test_population_recipe_refuses_to_drop_updates():
+    with pytest.raises(ValueError, match=r"READY=4 must divide the run's 9 updates"):
+        ppo_cartpole_pbt.run_pbt(dict(TINY, READY=4), jax.random.PRNGKey(1), 2)
+
+
 def test_benchmark_writes_its_report(tmp_path, capsys):
     out = tmp_path / "own_loop.json"
     report = bench_own_loop.main(["--seeds", "2", "--rounds", "2", "--timesteps", "1024", "--out", str(out)])
-    assert json.loads(out.read_text())["ratios"] == report["ratios"] and len(report["ratios"]) == 2
-    assert all(r > 0 for r in report["ratios"]) and report["ratio_min"] <= report["ratio_median"] <= report["ratio_max"]
-    assert "ratio tuned/untuned" in capsys.readouterr().out
+    assert json.loads(out.read_text())["examples"].keys() == report["examples"].keys() == {"ppo", "dqn"}
+    for pair in report["examples"].values():
+        assert len(pair["ratios"]) == 2 and all(r > 0 for r in pair["ratios"])
+        assert pair["ratio_min"] <= pair["ratio_median"] <= pair["ratio_max"] and len(pair["cpu_ratios"]) == 2
+    printed = capsys.readouterr().out
+    assert "ppo ratio tuned/untuned" in printed and "dqn ratio tuned/untuned" in printed

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from hcjax.space import Space
-from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, TUNERS, Tuner, scalar_objective_tell
+from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, TUNERS, Tuner, documented, scalar_objective_tell
 from hcjax.tuners import fixed, gp_ucb, hyperband, hypercontroller, pb2, random, random_start  # noqa: F401  (register)
 
 
@@ -44,4 +44,4 @@ def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEM
     each agent's objective is a scalar.
     """
     tuner = TUNERS.make(name, space, memory_limit_gib, config)
-    return tuner._replace(tell=scalar_objective_tell(name, tuner.tell))
+    return documented(tuner._replace(tell=scalar_objective_tell(name, tuner.tell)))

@@ -1,0 +1,186 @@
+"""The own-loop API refuses what cannot take effect (issue 24 class 1) and what off-policy
+tuning needs (issue 28): scheduled and integer optax hyperparameters, a `decide` that is
+not a bool, documented tuner functions, greedy evaluation returns, repeated keys, and
+messages naming the public function called."""
+import pathlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import hcjax
+
+SPACE = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, "log")])
+PARAMS = jnp.ones(3)
+GRADS = jnp.asarray([1.0, -2.0, 0.5])
+
+
+def first_update(tx, values):
+    """The first update of `tx` from PARAMS and GRADS after setting `values`."""
+    state = hcjax.optax.set_hyperparams(tx.init(PARAMS), values)
+    return tx.update(GRADS, state, PARAMS)
+
+
+def test_scheduled_hyperparameter_is_refused_naming_it():
+    schedule = optax.linear_schedule(1e-3, 0.0, 100)
+    tx = optax.chain(optax.clip_by_global_norm(0.5), optax.inject_hyperparams(optax.adam)(learning_rate=schedule))
+    assert hcjax.optax.scheduled_names(tx.init(PARAMS)) == ("learning_rate",)
+    with pytest.raises(ValueError, match=r"set_hyperparams: \['learning_rate'\] follow a schedule.*step_size"):
+        first_update(tx, {"learning_rate": 4e-2})
+    constant = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
+    assert hcjax.optax.scheduled_names(constant.init(PARAMS)) == ()
+
+
+def test_a_tuned_multiplier_scales_an_annealed_learning_rate():
+    """The guide's recipe: the schedule anneals, the tuned step_size multiplies it."""
+    schedule = optax.linear_schedule(1e-2, 0.0, 4)
+
+    def run(step_size, updates=3):
+        tx = optax.chain(optax.inject_hyperparams(optax.sgd)(learning_rate=schedule),
+                         optax.inject_hyperparams(optax.scale)(step_size=1.0))
+        state, out = hcjax.optax.set_hyperparams(tx.init(PARAMS), {"step_size": step_size}), []
+        for _ in range(updates):
+            update, state = tx.update(GRADS, state, PARAMS)
+            out.append(np.asarray(update))
+        return np.stack(out)
+
+    plain, tuned = run(1.0), run(40.0)
+    rates = np.asarray([schedule(t) for t in range(3)])  # 1e-2, 7.5e-3, 5e-3: annealed
+    np.testing.assert_allclose(plain, -rates[:, None] * np.asarray(GRADS), rtol=1e-6)
+    np.testing.assert_allclose(tuned, 40.0 * plain, rtol=1e-6)
+
+
+def test_integer_hyperparameters_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"\['learning_rate'\] are stored as integers.*learning_rate=1\.0"):
+        first_update(optax.inject_hyperparams(optax.sgd)(learning_rate=1), {"learning_rate": 1e-4})
+    adamw = optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3, weight_decay=0)
+    with pytest.raises(ValueError, match=r"\['weight_decay'\] are stored as integers"):
+        first_update(adamw, {"learning_rate": 1e-3, "weight_decay": 1e-4})
+    update, state = first_update(adamw, {"learning_rate": 2e-3})  # the int is not set: nothing lost
+    assert float(state.hyperparams["learning_rate"]) == pytest.approx(2e-3)
+    floats = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    np.testing.assert_allclose(first_update(floats, {"learning_rate": 1e-4})[0], -1e-4 * GRADS, rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tuner():
+    return hcjax.make_tuner("random", SPACE)
+
+
+@pytest.mark.parametrize("decide", ["no", None, 1, 0.0, np.ones(2, bool), jnp.int32(1)])
+def test_decide_must_be_a_bool(tuner, decide):
+    state = tuner.init(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=r"random\.step: decide must be a Python bool or a bool scalar array"):
+        tuner.step(state, jax.random.PRNGKey(1), 0.5, decide)
+
+
+def test_decide_accepts_bools_and_traced_bools(tuner):
+    state = tuner.init(jax.random.PRNGKey(0))
+    for decide in (True, np.bool_(False), jnp.bool_(True)):
+        tuner.step(state, jax.random.PRNGKey(1), 0.5, decide)
+    jax.jit(lambda s, i: tuner.step(s, jax.random.PRNGKey(1), 0.5, i % 2 == 0))(state, 3)
+
+
+def test_tuner_functions_have_docstrings(tuner):
+    for name, start in (("init", "init(key)"), ("ask", "ask(state, key)"), ("tell", "tell(state, objective)"),
+                        ("values", "values(state)")):
+        assert getattr(tuner, name).__doc__.startswith(start)
+    assert "decide" in tuner.step.__doc__
+    states = jax.vmap(tuner.init)(jax.random.split(jax.random.PRNGKey(0), 2))  # still jit/vmap-able
+    assert jax.jit(jax.vmap(tuner.values))(states).shape == (2, 1)
+
+
+def test_check_keys_refuses_repeated_keys():
+    hcjax.check_keys(jax.random.split(jax.random.PRNGKey(0), 4))
+    hcjax.check_keys(jax.random.split(jax.random.key(0), 4))  # typed keys
+    reused = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1), jax.random.PRNGKey(0)])
+    with pytest.raises(ValueError, match=r"keys\[0\] and keys\[2\] are the same key.*fold_in"):
+        hcjax.check_keys(reused)
+    with pytest.raises(ValueError, match=r"rngs must be a batch of PRNG keys.*shape \(2,\)"):
+        hcjax.check_keys(jax.random.PRNGKey(0), "rngs")
+    # what it guards against: tuners initialised from one key all start from the same configuration
+    same = jax.vmap(hcjax.make_tuner("random", SPACE).init)(reused)
+    assert same.values[0] == same.values[2]
+
+
+def test_shape_errors_name_the_function_called():
+    with pytest.raises(ValueError, match=r"^return_change: episode_returns and done"):
+        hcjax.objectives.return_change(hcjax.objectives.NO_LEVEL, jnp.zeros(3), jnp.zeros(2, bool))
+    with pytest.raises(ValueError, match=r"^mean_return: episode_returns and done"):
+        hcjax.objectives.mean_return(jnp.zeros(3), jnp.zeros(2, bool))
+    with pytest.raises(ValueError, match=r"greedy_returns\.episodes must be an integer >= 1"):
+        hcjax.objectives.greedy_returns(jax.random.PRNGKey(0), Walk(), 3, walk_policy, 0, 5)
+
+
+class Walk:
+    """A tiny gymnax-style environment: start at 0, 1 or 2 (from the reset key); each step
+    moves 1 + action and earns the new position; terminated at position >= goal (the env
+    params), truncated after 4 steps; auto-resets like gymnax. `old_api`: gymnax < 1.0's
+    5-tuple step."""
+
+    def __init__(self, old_api=False):
+        self.old_api = old_api
+
+    def reset(self, key, goal):
+        pos = jax.random.randint(key, (), 0, 3)
+        return jnp.float32(pos)[None], (pos, jnp.int32(0))
+
+    def step(self, key, state, action, goal):
+        pos, t = state[0] + 1 + action, state[1] + 1
+        terminated, truncated = pos >= goal, t >= 4
+        done = terminated | truncated
+        obs_reset, state_reset = self.reset(key, goal)
+        state_next = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_reset, (pos, t))
+        obs = jnp.where(done, obs_reset, jnp.float32(pos)[None])
+        if self.old_api:
+            return obs, state_next, jnp.float32(pos), done, {}
+        return obs, state_next, jnp.float32(pos), terminated, truncated, {}
+
+
+def walk_policy(obs):
+    return (obs[0] % 2 == 0).astype(jnp.int32)  # step 2 from even positions, 1 from odd
+
+
+def reference_returns(key, env, goal, episodes, max_steps):
+    """One episode at a time, one Python step at a time (the helper's reset keys)."""
+    reset_key, _ = jax.random.split(key)
+    out = []
+    for episode_key in jax.random.split(reset_key, episodes):
+        obs, state = env.reset(episode_key, goal)
+        total = 0.0
+        for _ in range(max_steps):
+            result = env.step(jax.random.PRNGKey(0), state, walk_policy(obs), goal)
+            obs, state, total = result[0], result[1], total + float(result[2])
+            if bool(result[3] | result[4]) if len(result) == 6 else bool(result[3]):
+                break
+        out.append(total)
+    return np.float32(out)
+
+
+@pytest.mark.parametrize("old_api", [False, True])
+@pytest.mark.parametrize("goal, max_steps", [(6, 10), (50, 10), (50, 2)])  # terminated, truncated, cut at max_steps
+def test_greedy_returns_against_a_python_loop(old_api, goal, max_steps):
+    env, key = Walk(old_api), jax.random.PRNGKey(7)
+    got = jax.jit(lambda k, g: hcjax.objectives.greedy_returns(k, env, g, walk_policy, 6, max_steps))(key, goal)
+    expected = reference_returns(key, env, goal, 6, max_steps)
+    assert got.shape == (6,) and got.dtype == jnp.float32 and len(set(expected.tolist())) > 1
+    np.testing.assert_array_equal(got, expected)
+    objective, level = hcjax.objectives.return_change(jnp.float32(1.0), got)  # every entry a finished episode
+    np.testing.assert_allclose([objective, level], [expected.mean() - 1.0, expected.mean()], rtol=1e-6)
+
+
+def test_the_guides_schedule_recipe_runs():
+    """docs/own-training-loop.md's learning-rate schedule block: the tuned multiplier
+    scales the annealed rate (Adam's first step is -rate per parameter)."""
+    guide = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "own-training-loop.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.DOTALL) if "linear_schedule" in b]
+    scope = {}
+    exec(block, scope)
+    np.testing.assert_allclose(scope["updates"], -4.0 * 2.5e-4 * np.ones(3), rtol=1e-4)
+    assert float(scope["opt_state"][2].hyperparams["step_size"]) == 4.0  # kept across the update
+    later, _ = scope["tx"].update(jnp.ones(3), scope["opt_state"], scope["params"])
+    assert np.all(np.abs(np.asarray(later)) < 4.0 * 2.5e-4)  # the schedule still anneals under the multiplier
+    assert scope["space"].names == ("step_size",)
