@@ -10,20 +10,27 @@ cli.py       the `hcjax` command
 load(directory)                    a study's results as pandas DataFrames (reporting.frames)
 replay(directory, unit, seeds)     a finished unit's schedules rerun on new seeds (study.schedules)
 """
+from __future__ import annotations
+
+import importlib
+
+# {public name: the module that defines it}, imported on first use (PEP 562): `import experiments`
+# stays light, so a core install's `hcjax info` works without the studies extra.
+_LAZY = {
+    "load": "experiments.reporting.frames",
+    "Results": "experiments.reporting.frames",
+    "replay": "experiments.study.schedules",
+}
 
 
-def load(directory):
-    """`experiments.reporting.frames.load` (imported when called: it needs the studies extra)."""
-    from experiments.reporting import frames
-
-    return frames.load(directory)
-
-
-def replay(source, unit, seeds, out=None, on_segment=lambda k: None):
-    """`experiments.study.schedules.replay` (imported when called: it needs JAX)."""
-    from experiments.study import schedules
-
-    return schedules.replay(source, unit, seeds, out=out, on_segment=on_segment)
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'experiments' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["load", "replay"]
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = sorted(_LAZY)
