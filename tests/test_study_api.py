@@ -216,7 +216,7 @@ def test_the_estimate_counts_frames_and_announces_the_small_default():
     plan = presets.resolve(preset, seeds=3, iterations=50)
     guess = estimate.estimate(plan, speed=1.0)
     assert guess.frames == 2 * 3 * 50 * 6000 and guess.groups == 2  # the paper's space: batches up to 6000
-    assert "ppo left out: the small PPO" in guess.describe()
+    assert "ppo: the small default PPO" in guess.describe()
     assert estimate.estimate(plan, finished={("CartPole-v1", "fixed")}, speed=1.0).frames == guess.frames // 2
     paper = presets.resolve(dataclasses.replace(preset, ppo={}), seeds=3, iterations=50)
     slower = estimate.estimate(paper, speed=1.0)

@@ -1,19 +1,20 @@
 """The frames and duration of a study, estimated before anything is compiled.
 
-A cost model calibrated on a 2-core CPU (numbers in docs/studies.md), scaled by a tiny
-timed probe of this machine's current speed (`machine_speed`: a few small matrix products
-against the calibration's time for them):
+A cost model calibrated on the 2-core CPU (docs/studies.md, "How long a study takes"),
+times this machine's current contention (`contention`: wall time over CPU time of a
+0.1 s single-threaded probe; 1 on an idle machine, about 4 with 15 busy processes on 2 cores):
 
-    seconds = sum over the unit groups still to run of
-              compile + iterations x (agents x F x per_frame + steps x per_step + updates x per_update)
-              + evaluations x (agents x eval_steps x per_eval_frame + eval_steps x per_step)
+    seconds = STARTUP + sum over the unit groups still to run of
+              compile + iterations x (agents x F x per_frame + steps x STEP + updates x UPDATE)
+              + evaluations x (agents x eval_steps x per_eval_frame + eval_steps x STEP)
 
 F: the rollout's frames per iteration (the largest batch: the rollout collects it whatever
 batch size is tuned); steps = F / num_envs sequential environment steps; updates = epochs x
 minibatches sequential gradient steps; per_frame: the environment's step (by backend) plus
-the network's forward and backward passes (multiply-adds x (1 + 3 epochs)); compile: one
-program per unit group (less with fast_compile; a fused group costs more). The frames
-announced are seeds x iterations x F per unit: an upper bound when the batch size is tuned.
+the networks' multiply-adds x (1 + 3 epochs) (a forward pass in the rollout, forward and
+backward in each epoch); compile: one program per unit group (less with fast_compile, more
+for a fused group). The frames announced are seeds x iterations x F per unit: an upper
+bound when the batch size is tuned.
 """
 from __future__ import annotations
 
@@ -28,21 +29,22 @@ from experiments.study import build
 from experiments.study.plan import ppo_options, unit_groups
 from experiments.study.presets import SMALL_PPO, Plan
 
-# Calibrated on the 2-core CPU (docs/studies.md "How long"); seconds.
+# Calibrated on the 2-core CPU from three runs (smoke, the smallest study, a cpu_learn unit),
+# measured at contention about 3.5 and divided by it; seconds.
 ENV_SECONDS = {"gymnax": 0.3e-6, "custom": 0.3e-6, "brax": 8e-6, "gymnasium": 400e-6}  # per frame and agent
 MULTIPLY_ADD_SECONDS = 1.2e-10  # per multiply-add of the networks, forward or backward
-STEP_SECONDS = 2.5e-4  # per sequential environment step (any number of agents)
-UPDATE_SECONDS = 1.5e-3  # per sequential gradient step
-COMPILE_SECONDS = {True: 12.0, False: 30.0}  # a program, by fast_compile
+STEP_SECONDS = 3e-5  # per sequential environment step (any number of agents)
+UPDATE_SECONDS = 3e-4  # per sequential gradient step
+COMPILE_SECONDS = {True: 15.0, False: 35.0}  # a program, by fast_compile
 FUSED_COMPILE = 0.5  # a fused group's program costs this much more per extra method
-PROBE_SECONDS = 0.004  # `machine_speed`'s probe on the calibration machine, idle
+STARTUP_SECONDS = 8.0  # imports, environments, checks
 
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
     """frames: the frames every unit still to run collects at most; seconds: the estimated
     duration here, compilation included; groups: programs to compile; speed: this machine's
-    slowdown against the calibration's; small_ppo: the study left `ppo` out and got SMALL_PPO."""
+    contention (1 idle); small_ppo: the study runs the small default PPO (SMALL_PPO)."""
 
     frames: int
     seconds: float
@@ -53,9 +55,10 @@ class Estimate:
     def describe(self) -> str:
         """The line printed before the work."""
         text = (f"estimate: {self.frames:,} frames (at the largest batch) in {self.groups} program(s), about "
-                f"{_duration(self.seconds)} on this machine (load x{self.speed:.1f} against the calibration)")
+                f"{_duration(self.seconds)} on this machine (contention x{self.speed:.1f}; the model: "
+                f"experiments/study/estimate.py)")
         if self.small_ppo:
-            text += (f"; ppo left out: the small PPO {dict(SMALL_PPO)} (an empty [ppo] table / ppo={{}} gives the "
+            text += (f"; ppo: the small default PPO {dict(SMALL_PPO)} (an empty [ppo] table / ppo={{}} gives the "
                      f"paper's 3x256, 10 epochs x 16 minibatches, several times slower)")
         return text
 
@@ -88,18 +91,16 @@ def largest_frames(config: PPOConfig, space) -> int:
     return -(-batch // config.num_envs) * config.num_envs
 
 
-def machine_speed(reps: int = 5) -> float:
-    """This machine's slowdown now against the calibration (>= 0.5): the median time of a
-    few small matrix products over PROBE_SECONDS."""
-    a = np.random.default_rng(0).standard_normal((96, 96)).astype(np.float32)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        b = a
-        for _ in range(40):
+def contention(seconds: float = 0.1) -> float:
+    """How much slower than idle this machine runs now (>= 1): wall time over CPU time
+    of `seconds` of single-threaded work (other processes take the cores meanwhile)."""
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    wall, cpu = time.perf_counter(), time.process_time()
+    b = a
+    while time.process_time() - cpu < seconds:
+        for _ in range(20):
             b = np.tanh(b @ a)
-        times.append(time.perf_counter() - t0)
-    return max(0.5, float(np.median(times)) / PROBE_SECONDS)
+    return max(1.0, (time.perf_counter() - wall) / max(time.process_time() - cpu, 1e-9))
 
 
 def group_seconds(plan: Plan, env, n_methods: int) -> tuple[int, float]:
@@ -123,8 +124,8 @@ def group_seconds(plan: Plan, env, n_methods: int) -> tuple[int, float]:
 
 def estimate(plan: Plan, finished: set[tuple[str, str]] = frozenset(), speed: float | None = None) -> Estimate:
     """The Estimate of the unit groups of `plan` not in `finished` ((env label, method))."""
-    speed = machine_speed() if speed is None else speed
-    frames, seconds, groups = 0, 0.0, 0
+    speed = contention() if speed is None else speed
+    frames, seconds, groups = 0, STARTUP_SECONDS, 0
     for env, methods in unit_groups(plan):
         pending = [m for m in methods if (env.label, m) not in finished]
         if pending:
