@@ -17,7 +17,9 @@ POPULATION = 'make_population("pbt"'
 EXPORT = "export.write("
 OWN_LOOP_PPO = "class ActorCritic(nn.Module)"  # docs/own-training-loop.md, run by tests/test_own_loop_example.py
 CATEGORICAL = 'Hyperparameter.choice("optimizer"'  # docs/tuners.md
-MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL)
+OWN_STUDY = "class Thermostat"  # docs/own-environment.md, run by tests/test_study_api.py
+MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL,
+           OWN_STUDY)
 
 
 def python_blocks() -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from experiments import cli
 from experiments.study import estimate, presets, studyfile
 from experiments.study import store as R
 from tests.cli_runs import python
+from tests.test_readme import OWN_STUDY, python_block
 
 
 @struct.dataclass
@@ -222,3 +223,21 @@ def test_the_estimate_counts_frames_and_announces_the_small_default():
     slower = estimate.estimate(paper, speed=1.0)
     assert slower.seconds > 2 * guess.seconds and "small PPO" not in slower.describe()
     assert estimate.estimate(plan, speed=2.0).seconds == pytest.approx(2 * guess.seconds)
+
+
+def test_the_own_environment_page_runs_to_figures_and_resumes(tmp_path, monkeypatch, capsys):
+    """docs/own-environment.md as written (its tiny sizes), in a temporary directory; then
+    the same study again: every unit is skipped, nothing is compiled."""
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(python_block(OWN_STUDY), "docs/own-environment.md", "exec"), namespace)  # noqa: S102
+    result = namespace["result"]
+    assert sorted(result.units) == [("thermostat", m) for m in ("fixed", "hypercontroller", "random")]
+    assert result.directory == R.StudyDir("runs/thermostat").path and result.estimate.groups == 1  # fused
+    assert all(path.exists() for path in result.figures.values())
+    out = capsys.readouterr()
+    assert "thermostat" in out.out and "'results'" in out.out
+    assert "estimate: " in out.err and "done thermostat / fixed" in out.err
+    again = namespace["study"].run("runs/thermostat", progress=False, plot=False)
+    assert again.units == result.units and again.estimate.groups == 0
+    assert "skip thermostat / fixed: already finished" in capsys.readouterr().err
