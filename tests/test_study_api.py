@@ -157,6 +157,7 @@ def test_environments_by_name_object_and_factory_resolve_without_compiling():
                               seeds=1, iterations=1).plan()
     assert [e.label for e in named.envs] == ["mine", "far"]
     assert named.envs[0].make.startswith("object:tests.test_study_api.make_walk#")
+    assert named.envs[1].make.startswith("object:tests.test_study_api.Walk#")  # a pair: named by its env's class
     assert named.envs[1].make.split("#")[1] != plan.envs[1].make.split("#")[1]  # other params, other fingerprint
     with pytest.raises(ValueError, match="env: duplicates"):
         experiments.Study(envs=[Walk(), make_walk], methods=["fixed"], seeds=1, iterations=1).plan()

@@ -61,6 +61,9 @@ def is_own(make: str) -> bool:
 
 
 def _qualified(obj) -> str:
+    """module.QualifiedName of a factory, or of an environment's class ((env, params): env's)."""
+    if isinstance(obj, tuple) and obj:
+        obj = obj[0]
     target = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(obj).__name__)}"
 
