@@ -1,8 +1,9 @@
 """The frames and duration of a study, estimated before anything is compiled.
 
 A cost model calibrated on the 2-core CPU (docs/studies.md, "How long a study takes"),
-times this machine's current contention (`contention`: wall time over CPU time of a
-0.1 s single-threaded probe; 1 on an idle machine, about 4 with 15 busy processes on 2 cores):
+times this machine's current contention (`contention`: wall time over CPU time of five
+40 ms single-threaded probes, the median; 1 on an idle machine, about 4 with 15 busy processes
+on 2 cores):
 
     seconds = STARTUP + sum over the unit groups still to run of
               compile + iterations x (agents x F x per_frame + steps x STEP + updates x UPDATE)
@@ -91,16 +92,20 @@ def largest_frames(config: PPOConfig, space) -> int:
     return -(-batch // config.num_envs) * config.num_envs
 
 
-def contention(seconds: float = 0.1) -> float:
-    """How much slower than idle this machine runs now (>= 1): wall time over CPU time
-    of `seconds` of single-threaded work (other processes take the cores meanwhile)."""
+def contention(samples: int = 5, seconds: float = 0.04) -> float:
+    """How much slower than idle this machine runs now (>= 1): the median over `samples`
+    probes of wall time over CPU time of `seconds` of single-threaded work (other processes
+    take the cores meanwhile; one probe alone is noisy)."""
     a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
-    wall, cpu = time.perf_counter(), time.process_time()
-    b = a
-    while time.process_time() - cpu < seconds:
-        for _ in range(20):
-            b = np.tanh(b @ a)
-    return max(1.0, (time.perf_counter() - wall) / max(time.process_time() - cpu, 1e-9))
+    ratios = []
+    for _ in range(samples):
+        wall, cpu = time.perf_counter(), time.process_time()
+        b = a
+        while time.process_time() - cpu < seconds:
+            for _ in range(20):
+                b = np.tanh(b @ a)
+        ratios.append((time.perf_counter() - wall) / max(time.process_time() - cpu, 1e-9))
+    return max(1.0, float(np.median(ratios)))
 
 
 def group_seconds(plan: Plan, env, n_methods: int) -> tuple[int, float]:
