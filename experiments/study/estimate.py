@@ -36,7 +36,7 @@ ENV_SECONDS = {"gymnax": 0.3e-6, "custom": 0.3e-6, "brax": 8e-6, "gymnasium": 40
 MULTIPLY_ADD_SECONDS = 1.2e-10  # per multiply-add of the networks, forward or backward
 STEP_SECONDS = 3e-5  # per sequential environment step (any number of agents)
 UPDATE_SECONDS = 3e-4  # per sequential gradient step
-COMPILE_SECONDS = {True: 15.0, False: 35.0}  # a program, by fast_compile
+COMPILE_SECONDS = {True: 28.0, False: 35.0}  # a program, by fast_compile (it saves little at these sizes)
 FUSED_COMPILE = 0.5  # a fused group's program costs this much more per extra method
 STARTUP_SECONDS = 8.0  # imports, environments, checks
 
