@@ -1,5 +1,11 @@
 """Studies (`hcjax run`, `hcjax plot`), their statistics and the benchmarks (`hcjax bench`).
 
+    from experiments import Study
+    result = Study(envs=["CartPole-v1"], methods=["hypercontroller", "fixed"], seeds=3, iterations=50).run("runs/x")
+
+`Study`, `StudyResult` and `StudyFailed` (experiments/study/api.py) are imported on first use:
+`import experiments` stays light.
+
 study/       the engine: the methods table, plans, presets, study files, devices, unit loops,
              checkpoints, populations, tuning-time replay, schedule replay, the study directory
 reporting/   statistics, figures, tables and DataFrames of a study directory
@@ -15,8 +21,12 @@ from __future__ import annotations
 import importlib
 
 # {public name: the module that defines it}, imported on first use (PEP 562): `import experiments`
-# stays light, so a core install's `hcjax info` works without the studies extra.
+# stays light (a core install's `hcjax info` works without the studies extra; JAX and the
+# environments load with the first use).
 _LAZY = {
+    "Study": "experiments.study.api",
+    "StudyResult": "experiments.study.api",
+    "StudyFailed": "experiments.study.api",
     "load": "experiments.reporting.frames",
     "Results": "experiments.reporting.frames",
     "replay": "experiments.study.schedules",

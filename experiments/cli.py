@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import math
 import signal
 import sys
 import threading
@@ -16,21 +15,15 @@ import traceback
 import warnings
 from pathlib import Path
 
-import gymnasium.error  # gymnax, of the agents extra, depends on gymnasium: always here with the command
 import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
-from agents.envs.backend import problem as backend_problem
-from agents.envs.table import BY_NAME as BACKENDS
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots, tables
-from experiments.reporting.views import ran_as
-from experiments.study import build, engine, presets, schedules, studyfile, tensorboard
+from experiments.reporting import export, plots
+from experiments.study import api, presets, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
-from experiments.study.checks import check
 from experiments.study.files import check_writable_dir
-from experiments.study.plan import unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
@@ -122,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
                           "commas give a categorical's options")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
                                                "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
+    run.add_argument("--env-factory", nargs="+", metavar="[LABEL=]MODULE:FUNCTION",
+                     help="your own environments: importable zero-argument factories, imported and CALLED "
+                          "(this runs your code, like Hydra's _target_); never read from --envs")
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
     run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
@@ -290,21 +286,15 @@ def _in_config(args, error: ValueError) -> str:
     return text
 
 
-def check_environments(plan) -> None:
-    """Build every environment of the plan (cached for the run): one whose optional
-    dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
-    backend's package missing or too old) is the user's to install: UsageError naming it."""
-    for env in plan.envs:
-        try:
-            with _without_known_prints():
-                build.environment(env.make)
-        except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
-            backend = BACKENDS.get(env.path)
-            missing = backend_problem(backend) if backend is not None else None
-            if isinstance(e, RuntimeError) and missing is None:
-                raise
-            raise UsageError(f"environment {env.label} ({env.make}) cannot be made: a dependency is missing: "
-                             f"{missing or e}") from None
+def study_of(args) -> api.Study:
+    """The Study of `hcjax run`'s arguments (nothing checked yet)."""
+    try:
+        preset = studyfile.load(args.config) if args.config else (args.preset or "smoke")
+    except ValueError as e:
+        raise UsageError(_in_config(args, e)) from None
+    space = None if args.space is None else [parse_hyperparameter(a) for a in args.space]
+    return api.Study(preset, envs=_names(args.envs), env_factories=args.env_factory, methods=_names(args.methods),
+                     seeds=args.seeds, iterations=args.iterations, space=space)
 
 
 def cmd_run(args) -> int:
@@ -314,90 +304,51 @@ def cmd_run(args) -> int:
     elif args.coordinator or args.num_processes is not None or args.process_id is not None:
         raise UsageError("--coordinator, --num-processes and --process-id need --distributed")
     try:
-        if args.config:
-            study = studyfile.load(args.config)
-        else:
-            study = args.preset or "smoke"
+        study = study_of(args)
         with _without_known_prints():  # resolving names imports the registries
-            plan = presets.resolve(study, envs=_names(args.envs), methods=_names(args.methods), seeds=args.seeds,
-                               iterations=args.iterations,
-                               space=None if args.space is None else [parse_hyperparameter(a) for a in args.space])
-    except ValueError as e:
-        raise UsageError(_in_config(args, e)) from None
-    if args.tensorboard and not tensorboard.available():
-        raise UsageError('--tensorboard needs tensorboardX, which is not installed: pip install "hcjax[tensorboard]"')
-    store = StudyDir(args.out or Path("runs") / plan.preset.name)
-    writer = jax.process_index() == 0
-    try:
-        if not (args.memory_limit_gib > 0 and math.isfinite(args.memory_limit_gib)):
-            raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {args.memory_limit_gib}")
-        check_environments(plan)
-        with _without_known_prints():
-            check(plan, args.memory_limit_gib)
+            study.check(args.memory_limit_gib)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
     with contextlib.ExitStack() as stack:
-        if writer:
-            try:
-                stack.enter_context(store.lock())  # checks first that the directory can be written
-            except (StudyBusy, ValueError) as e:
-                raise UsageError(e) from None
-        return _run_locked(args, plan, store, writer)
+        try:
+            run = stack.enter_context(study.open(args.out, progress=not args.no_progress,
+                                                 tensorboard=args.tensorboard,
+                                                 memory_limit_gib=args.memory_limit_gib))
+        except (StudyBusy, ValueError) as e:
+            raise UsageError(e) from None
+        return _run_locked(args, run)
 
 
-def _run_locked(args, plan, store, writer: bool) -> int:
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-        if writer:
-            store.log(msg)
-
-    try:
-        keys, finished = engine.prepare(plan, store, log) if writer else (unit_keys(plan), None)
-    except ValueError as e:
-        raise UsageError(e) from None
+def _run_locked(args, run: api.StudyRun) -> int:
     # -- the work: from here on a failure is ours (exit 1) --
-    p = plan.preset
-    log(f"hcjax run: preset {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x {p.seeds} seed(s), "
-        f"{p.iterations} iterations -> {store.path}")
-    for e in plan.envs:
-        runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
-        log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
-    failures: list[engine.UnitFailure] = []
     try:
-        engine.run(plan, store, keys, finished, progress=not args.no_progress, log=log,
-                   memory_limit_gib=args.memory_limit_gib, tensorboard=args.tensorboard, failures=failures)
+        result = run.execute(plot=not args.no_plot)
     except (KeyboardInterrupt, Terminated) as e:
-        done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
-        what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"terminated by signal {e.signum}"
-        log(f"hcjax run: {what}; {done} of {len(plan.units)} units finished in {store.path}. "
-            f"Run the same command again to resume.")
         return 130 if isinstance(e, KeyboardInterrupt) else 128 + e.signum
+    except api.StudyFailed as e:
+        if run.writer:
+            _print_result(e.result, run.store)
+            for f in e.failures:
+                _report_failure(f.error, run.store.log_path)
+        return 1
     except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
-        if writer:
-            store.log("".join(traceback.format_exception(e)))
-        _report_failure(e, store.log_path if writer else None)
+        _report_failure(e, run.store.log_path if run.writer else None)
         return 1
-    if not writer:  # only process 0 writes and reports
-        return 1 if failures else 0
-    units = store.units()
-    if not units:
-        print(f"no finished units in {store.units_dir}", flush=True)
-    else:
-        print(tables.summary(units), flush=True)
-        if not args.no_plot:
-            paths = plots.plot(store.path, units)
-            print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
-            print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
-    if failures:
-        failed = sum(len(f.methods) for f in failures)
-        log(f"hcjax run: {failed} of {len(plan.units)} units failed (the others finished or were already there):")
-        for f in failures:
-            log(f"  {f}")
-        for f in failures:
-            _report_failure(f.error, store.log_path)
-        log("Run the same command again to retry only the failed units (the finished ones are kept).")
-        return 1
+    if run.writer:  # only process 0 writes and reports
+        _print_result(result, run.store)
     return 0
+
+
+def _print_result(result: api.StudyResult, store: StudyDir) -> None:
+    """The summary table and where the figures went (stdout)."""
+    if not result.units:
+        print(f"no finished units in {store.units_dir}", flush=True)
+        return
+    print(result.summary, flush=True)
+    if result.figures:
+        paths = result.figures
+        print(f"figures: {', '.join(str(p) for k, p in paths.items() if str(p).endswith('.png'))}")
+        print(f"tables: {paths['results']}, {paths['success']}; report: {paths['report']}", flush=True)
 
 
 def _report_failure(e: BaseException, log_path) -> None:

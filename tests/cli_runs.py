@@ -24,12 +24,17 @@ def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
     """Start `python -m experiments ARGS` (stdout and stderr together, as text), with one
     CPU device or `devices` forced ones, sharing COMPILATION_CACHE; `kw` goes to Popen (e.g.
     start_new_session)."""
+    return python(["-m", "experiments", *args], devices, **kw)
+
+
+def python(args, devices: int | None = None, **kw) -> subprocess.Popen:
+    """Start `python ARGS` (a script, or -m MODULE) in the repository as `hcjax` starts (see there)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_COMPILATION_CACHE_DIR=COMPILATION_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     env.pop("XLA_FLAGS", None)
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return subprocess.Popen([sys.executable, "-m", "experiments", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 

@@ -21,10 +21,27 @@ def test_config_validation_names_field():
     with pytest.raises(ValueError, match="gae_lambda"):
         ppo.PPOConfig(gae_lambda=1.5)
     with pytest.raises(ValueError, match="hidden_sizes"):
-        ppo.PPOConfig(hidden_sizes=[64])
+        ppo.PPOConfig(hidden_sizes=[64, 0])
+    with pytest.raises(ValueError, match="hidden_sizes"):
+        ppo.PPOConfig(hidden_sizes="64")
+    assert ppo.PPOConfig(hidden_sizes=[64, 64]).hidden_sizes == (64, 64)  # a list is taken as its tuple
+    hash(ppo.PPOConfig(hidden_sizes=[8]))  # still hashable (configs key caches)
     cfg = ppo.PPOConfig()
     assert (cfg.hidden_sizes, cfg.ent_coef, cfg.gamma, cfg.update_epochs, cfg.batch_size, cfg.tune_every) == (
         (256, 256, 256), 1e-4, 0.99, 10, 1000, 5)
+
+
+def test_a_budget_in_frames_sets_the_iterations_at_the_largest_batch():
+    assert ppo.PPOConfig.from_timesteps(100_000).num_iterations == 100  # batch_size 1000
+    cfg = ppo.PPOConfig.from_timesteps(10_000, batch_size=256, hidden_sizes=[8])
+    assert (cfg.num_iterations, cfg.hidden_sizes) == (39, (8,))
+    assert ppo.PPOConfig.from_timesteps(10_000, batch_size=256, max_batch_size=2048).num_iterations == 4
+    with pytest.raises(ValueError, match="total_timesteps must be >= the largest batch"):
+        ppo.PPOConfig.from_timesteps(500, max_batch_size=2048)
+    with pytest.raises(ValueError, match="not both"):
+        ppo.PPOConfig.from_timesteps(10_000, num_iterations=3)
+    with pytest.raises(ValueError, match="total_timesteps must be an integer"):
+        ppo.PPOConfig.from_timesteps(1e5)
 
 
 # ---- loss vs a slow NumPy reference ----------------------------------------------------

@@ -18,8 +18,9 @@ EXPORT = "export.write("
 OWN_LOOP_PPO = "class ActorCritic(nn.Module)"  # docs/own-training-loop.md, run by tests/test_own_loop_example.py
 CATEGORICAL = 'Hyperparameter.choice("optimizer"'  # docs/tuners.md
 LR_SCHEDULE = "optax.linear_schedule("  # docs/own-training-loop.md, run by tests/test_own_loop_checks.py
+OWN_STUDY = "class Thermostat"  # docs/own-environment.md, run by tests/test_study_api.py
 MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL,
-           LR_SCHEDULE)
+           LR_SCHEDULE, OWN_STUDY)
 
 
 def python_blocks() -> list[tuple[str, str]]:

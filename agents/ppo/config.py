@@ -53,6 +53,8 @@ class PPOConfig:
     size above it is clipped to it (metrics "frames" shows what was collected).
     reward_scale multiplies rewards for GAE and the value targets only (metrics and the
     objective use raw rewards). num_minibatches must not exceed the maximum batch.
+    hidden_sizes may be given as a list. A budget in frames instead of iterations:
+    `PPOConfig.from_timesteps(total_timesteps, **fields)`.
     """
 
     num_iterations: int = 1000
@@ -89,6 +91,8 @@ class PPOConfig:
             _check_integer(f, getattr(self, f), 1)
         if self.max_batch_size is not None:
             _check_integer("max_batch_size", self.max_batch_size, 1)
+        if isinstance(self.hidden_sizes, list):  # a list (e.g. from JSON or TOML) is taken as the tuple it holds
+            object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         hs = self.hidden_sizes
         if not isinstance(hs, tuple) or not all(isinstance(w, int) and w >= 1 for w in hs):
             raise ValueError(f"PPOConfig.hidden_sizes must be a tuple of integers >= 1, got {hs!r}")
@@ -98,6 +102,23 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if not isinstance(self.normalize_obs, bool):
             raise ValueError(f"PPOConfig.normalize_obs must be True or False, got {self.normalize_obs!r}")
+
+    @classmethod
+    def from_timesteps(cls, total_timesteps: int, **fields) -> PPOConfig:
+        """A PPOConfig whose budget is `total_timesteps` frames: num_iterations =
+        total_timesteps // the largest batch (max_batch_size if given, else batch_size),
+        at least one iteration's worth required. With a tuned batch size give max_batch_size
+        (the space's upper bound): iterations that collect smaller batches then use fewer
+        frames, so total_timesteps is an upper bound on the frames collected."""
+        if "num_iterations" in fields:
+            raise ValueError("PPOConfig.from_timesteps: give total_timesteps or num_iterations, not both")
+        _check_integer("total_timesteps", total_timesteps, 1)
+        largest = fields.get("max_batch_size") or fields.get("batch_size", cls.batch_size)
+        _check_integer("max_batch_size" if fields.get("max_batch_size") else "batch_size", largest, 1)
+        if total_timesteps < largest:
+            raise ValueError(f"PPOConfig.total_timesteps must be >= the largest batch ({largest}) for one "
+                             f"iteration, got {total_timesteps}")
+        return cls(num_iterations=total_timesteps // largest, **fields)
 
 
 def check_choice(p) -> None:

@@ -26,6 +26,9 @@ def ran_as(meta: dict) -> str:
     backend has the study's name, 'Brax halfcheetah, standing in for HalfCheetah-v4' when
     the study runs another implementation under its label."""
     env, make = meta["env"], meta.get("make", meta["env"])
+    if make.startswith(("object:", "factory:")):  # your own environment (experiments.study.own_envs)
+        kind, _, ref = make.partition(":")
+        return f"{env} (your own, {kind} {ref.split('#')[0]})"
     backend = BACKENDS.get(meta.get("path"), meta.get("path") or "")
     if make == env:
         return f"{env} ({backend})" if backend else env

@@ -1,5 +1,8 @@
 """The study engine: plan a study, run its units on every device, keep them in a study directory.
 
+api.py          the Python API: Study, StudyResult, StudyFailed (`hcjax run` is a thin layer over it)
+own_envs.py     your own environments (objects, importable factories) as study environments
+estimate.py     the frames and duration of a study, printed before the work
 methods.py      the one table of methods (registry name, label, colour, options)
 plan.py         a unit's identity and options (JAX-free): unit_config, config_key, study_key
 presets.py      smoke / cpu_learn / gpu / cpu / paper study definitions, validated by `resolve`

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from agents import envs
-from experiments.study import methods
+from experiments.study import methods, own_envs
 from experiments.study.plan import tuner_options
 from experiments.study.presets import Plan
 from hcjax import make_population, make_tuner
@@ -13,11 +13,17 @@ from hcjax import make_population, make_tuner
 DEFAULT_MEMORY_LIMIT_GIB = 8.0
 
 
-@functools.lru_cache(maxsize=64)
 def environment(make: str):
-    """`agents.envs.make(make)`, built once per process: building a Brax environment takes
-    seconds, and `check` and then every unit group of the environment need it."""
-    return envs.make(make)
+    """The environment of an EnvChoice's `make`: your own one as given in this process
+    (`own_envs.built`), else `agents.envs.make(make)` of the registry name, built once per
+    process (building a Brax environment takes seconds, and `check` and then every unit
+    group of the environment need it)."""
+    return own_envs.built(make) if own_envs.is_own(make) else _registry_environment(make)
+
+
+@functools.lru_cache(maxsize=64)
+def _registry_environment(name: str):
+    return envs.make(name)
 
 
 def make_method(plan: Plan, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):

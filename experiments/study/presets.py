@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import envs as agent_envs
+from experiments.study import own_envs
 from experiments.study.methods import ALL_METHODS, METHODS
 from experiments.study.store import unit_name
 from hcjax import Hyperparameter, Space, ppo_space
@@ -46,7 +47,8 @@ PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDouble
 @dataclasses.dataclass(frozen=True)
 class EnvChoice:
     """How one study environment is run: `label` (tables, figures), `make` (the name given
-    to agents.envs.make), `path` (its backend: 'brax' | 'gymnax' | 'gymnasium'), `why`
+    to agents.envs.make, or your own environment's name and fingerprint: `own_envs`),
+    `path` (its backend: 'brax' | 'gymnax' | 'gymnasium', or 'custom'), `why`
     (the reason), `ppo` (PPOConfig overrides for this environment only, on top of the
     study's, e.g. objective = "return_change" where the per-step reward is constant)."""
 
@@ -101,7 +103,9 @@ class Preset:
     settings, in words; fast_compile: compile the training segments without XLA backend
     optimisation (for tiny runs); fuse_methods: run all methods of a JAX environment in
     one program compiled once (a stacked tuner, the method chosen per agent; each
-    agent's numbers are those of its method run alone).
+    agent's numbers are those of its method run alone); env_factories: your own
+    environments as importable factories "[LABEL=]package.module:function" (imported and
+    run: `own_envs`), beside `envs`.
     """
 
     name: str
@@ -120,6 +124,7 @@ class Preset:
     description: str = ""
     fast_compile: bool = False
     fuse_methods: bool = False
+    env_factories: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-able form (for the manifest)."""
@@ -136,6 +141,11 @@ def paper_space(batch_size: tuple[int, int] = (1000, 6000)) -> tuple[dict, ...]:
     return tuple({k: v for k, v in dataclasses.asdict(h).items() if v is not None}
                  for h in ppo_space(batch_size=batch_size).hyperparameters)
 
+
+# The PPO of a study that leaves `ppo` out (a study file without a [ppo] table, Study(ppo=None)):
+# sized for a 2-core CPU (the documented smallest study in about a minute), announced in the
+# estimate line; PPOConfig's own defaults are the paper's (3x256, 10 epochs x 16 minibatches).
+SMALL_PPO = dict(num_envs=8, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=4)
 
 # The space of the studies sized for learning within 100 iterations (cpu_learn, gpu).
 LEARNING_SPACE = (
@@ -387,10 +397,12 @@ def check_space(entries) -> tuple[dict, ...]:
 
 def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None,
             methods: Sequence[str] | None = None, seeds: int | None = None,
-            iterations: int | None = None, space: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+            iterations: int | None = None, space: Sequence[Mapping[str, Any]] | None = None,
+            env_factories: Sequence[str] | None = None, own: Sequence[own_envs.Own] = ()) -> Plan:
     """Validate a preset (a name or a Preset, e.g. from a study file) and its overrides;
     ValueError naming the field and the allowed values on any bad input. Compiles
-    nothing."""
+    nothing. The preset's env_factories are imported and called (your code runs);
+    `own`: environments given as objects (`own_envs.from_object`), run after the others."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
@@ -399,7 +411,9 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
         raise ValueError(f"preset must be one of {', '.join(PRESETS)} or a Preset, got {type(preset).__name__}")
     changes = {}
     if envs is not None:
-        changes["envs"] = _names("env", envs)
+        changes["envs"] = _names("env", envs) if envs else ()
+    if env_factories is not None:
+        changes["env_factories"] = tuple(env_factories)
     if methods is not None:
         changes["methods"] = _names("method", methods, ALL_METHODS)
     if seeds is not None:
@@ -411,20 +425,27 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     p = dataclasses.replace(preset, **changes)
     if not isinstance(p.name, str) or not NAME.fullmatch(p.name):
         raise ValueError(f"name must be {NAME_RULE}; got {p.name!r}")
-    _names("env", p.envs)
+    if not (p.envs or p.env_factories or own):
+        raise ValueError("env must not be empty: give registry names in envs, or your own environments "
+                         "(env_factories, or objects in experiments.Study(envs=...))")
+    if p.envs:
+        _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
     _positive("seeds", p.seeds)
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
     p = dataclasses.replace(p, space=check_space(p.space))
-    unknown = sorted(set(p.env_ppo) - set(p.envs))
+    mine = list(own) + [own_envs.from_factory(ref) for ref in p.env_factories]
+    choices = tuple(choose_env(e, p) for e in p.envs) + tuple(
+        EnvChoice(label=o.label, make=o.make, path=o.path, why=o.why, ppo=dict(p.env_ppo.get(o.label, {})))
+        for o in mine)
+    labels = [c.label for c in choices]
+    unknown = sorted(set(p.env_ppo) - set(labels))
     if unknown:
         raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; "
-                         f"envs: {', '.join(p.envs)}")
-    check_unit_names(p.envs)
-    choices = tuple(choose_env(e, p) for e in p.envs)
-    labels = [c.label for c in choices]
+                         f"envs: {', '.join(labels)}")
+    check_unit_names(labels)
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
     return Plan(preset=p, envs=choices)

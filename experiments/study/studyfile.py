@@ -4,13 +4,16 @@
     hcjax presets --toml cpu > study.toml  # a shipped preset as a file to start from
 
 A study file holds the fields of `experiments.study.presets.Preset` (all optional except
-`envs` and `methods`; `seeds` and `iterations` may come from `--seeds` and `--iterations`
-instead; the rest default as in `Preset`: name the file's stem, eval_every 10,
-tune_every 5, the paper's four hyperparameters, no overrides, both flags false):
+`envs` (or `env_factories`) and `methods`; `seeds` and `iterations` may come from `--seeds`
+and `--iterations` instead; the rest default as in `Preset`: name the file's stem, eval_every
+10, tune_every 5, the paper's four hyperparameters, no overrides, both flags false), except
+that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (an empty
+`[ppo]` table gives PPOConfig's defaults, the paper's sizes):
 
     name = "my-study"                  # default: the file's stem
     description = "..."
     envs = ["CartPole-v1", "brax/hopper", "gymnasium/Hopper-v4"]
+    env_factories = ["mypkg.envs:make_env"]  # your own: imported and CALLED (runs your code)
     methods = ["hypercontroller", "random", "fixed"]
     seeds = 10
     iterations = 100
@@ -64,7 +67,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.study.presets import NAME, NAME_RULE, Preset
+from experiments.study.presets import NAME, NAME_RULE, SMALL_PPO, Preset
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Preset))
 HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default", "options")
@@ -124,13 +127,16 @@ def loads(text: str, default_name: str = "study") -> Preset:
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; allowed: {', '.join(TOP_LEVEL)}")
-    for key in ("envs", "methods"):
-        if key not in data:
-            raise ValueError(f"'{key}' is required (a list of names)")
-    fields: dict[str, Any] = {"name": default_name, "seeds": None, "iterations": None}
+    if "envs" not in data and "env_factories" not in data:
+        raise ValueError("'envs' is required (a list of names), or 'env_factories' for your own environments")
+    if "methods" not in data:
+        raise ValueError("'methods' is required (a list of names)")
+    fields: dict[str, Any] = {"name": default_name, "seeds": None, "iterations": None, "envs": (),
+                              "ppo": dict(SMALL_PPO)}
     for key, value in data.items():
-        if key in ("envs", "methods", "reductions"):
-            fields[key] = tuple(_strings(key, value, empty=key == "reductions"))
+        if key in ("envs", "methods", "reductions", "env_factories"):
+            fields[key] = tuple(_strings(key, value, empty=key == "reductions" or
+                                         (key == "envs" and "env_factories" in data)))
         elif key == "space":
             fields[key] = tuple(_hyperparameter(i, entry) for i, entry in enumerate(_list(key, value)))
         elif key == "name":
@@ -255,8 +261,9 @@ def dumps(preset: Preset) -> str:
                                                 "reductions")}
     for key, value in scalars.items():
         lines.append(f"{key} = {_value(value)}")
-    if preset.ppo:
-        lines += ["", "[ppo]"] + [f"{k} = {_value(v)}" for k, v in preset.ppo.items()]
+    if preset.env_factories:
+        lines.append(f"env_factories = {_value(preset.env_factories)}")
+    lines += ["", "[ppo]"] + [f"{k} = {_value(v)}" for k, v in preset.ppo.items()]  # even empty: see SMALL_PPO
     for entry in preset.space:
         lines += ["", "[[space]]"] + [f"{k} = {_value(v)}" for k, v in entry.items() if v is not None]
     for method, opts in preset.tuner.items():

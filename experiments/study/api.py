@@ -1,0 +1,282 @@
+"""A study as a Python object; `hcjax run` is a thin layer over it.
+
+    study = experiments.Study(envs=["CartPole-v1", my_env], methods=["hypercontroller", "fixed"],
+                              seeds=3, iterations=50)
+    result = study.run("runs/mine")          # resumes when runs/mine holds this study
+    result.directory, result.units, result.summary, result.figures
+
+Environments: registry names and `agents.envs.EnvSpec`s (names never import code), your own
+environment objects or zero-argument factories (`own_envs`; a mapping {label: env} names
+them), and importable factory references in `env_factories`. Every mistake found before the
+work raises ValueError with the message `hcjax run` prints (exit status 2 there); a unit that
+fails during the work is logged and the others run, then `StudyFailed` is raised (exit 1).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium.error
+import jax
+
+from agents import envs as agent_envs
+from agents.envs.backend import problem as backend_problem
+from agents.envs.table import BY_NAME as BACKENDS
+from experiments.reporting import frames as dataframes
+from experiments.reporting import plots, tables
+from experiments.reporting.views import ran_as
+from experiments.study import build, engine, estimate, own_envs, presets, studyfile
+from experiments.study import tensorboard as live_scalars
+from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
+from experiments.study.checks import check
+from experiments.study.plan import unit_keys
+from experiments.study.store import StudyDir
+
+PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(presets.Preset))
+
+
+class StudyFailed(RuntimeError):
+    """Some units failed during the work (the others finished): `failures` (engine.UnitFailure
+    each, with its exception) and `result` (what was written). Running again retries them."""
+
+    def __init__(self, failures: list[engine.UnitFailure], result: StudyResult):
+        super().__init__(f"{len(failures)} unit group(s) failed: " + "; ".join(str(f) for f in failures))
+        self.failures, self.result = failures, result
+
+
+@dataclasses.dataclass
+class StudyResult:
+    """What a run left in its study directory: `directory`, `manifest` (the manifest's JSON),
+    `units` ((env label, method) of every finished unit), `summary` (the results table as
+    text, '' without units), `figures` (name -> path of the figures and tables; {} without
+    plotting), `estimate` (the frames and duration announced before the work)."""
+
+    directory: Path
+    manifest: dict
+    units: list[tuple[str, str]]
+    summary: str
+    figures: dict[str, Path]
+    estimate: estimate.Estimate
+
+    def frames(self) -> dataframes.Results:
+        """The study's results as pandas DataFrames (`experiments.load(self.directory)`):
+        `.iterations`, `.evaluations`, `.lineage`."""
+        return dataframes.load(self.directory)
+
+
+class Study:
+    """A study: environments x methods x seeds, `iterations` PPO iterations per run.
+
+    preset: None (the study is the keyword arguments), a preset name (`hcjax presets`) or
+    a Preset (e.g. `Study.from_file`'s); the keywords override it. envs: a list of registry
+    names, EnvSpecs and your own environments (objects or zero-argument factories), or a
+    mapping label -> any of these; env_factories: "[LABEL=]package.module:function"
+    references (imported and called); space: hyperparameter entries (dicts of
+    hcjax.Hyperparameter fields; default the paper's four); ppo: PPOConfig overrides
+    (None: the preset's, or without a preset `presets.SMALL_PPO`; {} PPOConfig's defaults,
+    the paper's sizes); `fields`: the other Preset fields (eval_every, tune_every, tuner,
+    env_ppo, paths, fast_compile, fuse_methods, description, reductions).
+    Nothing is checked or built until `plan`, `check` or `run`."""
+
+    def __init__(self, preset: str | presets.Preset | None = None, *, envs=None,
+                 env_factories: Sequence[str] | None = None, methods: Sequence[str] | None = None,
+                 seeds: int | None = None, iterations: int | None = None,
+                 space: Sequence[Mapping[str, Any]] | None = None, ppo: Mapping[str, Any] | None = None,
+                 name: str | None = None, **fields):
+        unknown = sorted(set(fields) - set(PRESET_FIELDS) - {"envs", "methods", "seeds", "iterations", "space"})
+        if unknown:
+            raise ValueError(f"Study: unknown field(s) {unknown}; allowed: {', '.join(PRESET_FIELDS)}")
+        if preset is None:
+            preset = presets.Preset(name="study", envs=(), methods=(), seeds=None, iterations=None,
+                                    ppo=dict(presets.SMALL_PPO))
+        self.preset, self.envs, self.methods, self.seeds, self.iterations = preset, envs, methods, seeds, iterations
+        self.space, self.env_factories = space, env_factories
+        self.changes = dict(fields, **({} if ppo is None else {"ppo": dict(ppo)}),
+                            **({} if name is None else {"name": name}))
+        self._plan: presets.Plan | None = None
+        self._checked: float | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides) -> Study:
+        """The study of a study file (TOML, `experiments.study.studyfile`), with overrides."""
+        return cls(studyfile.load(path), **overrides)
+
+    def plan(self) -> presets.Plan:
+        """The validated plan (ValueError naming the field); builds your own environments."""
+        if self._plan is None:
+            base = presets.PRESETS.get(self.preset, self.preset) if isinstance(self.preset, str) else self.preset
+            if isinstance(base, presets.Preset) and self.changes:
+                base = dataclasses.replace(base, **self.changes)
+            names, own = self._environments()
+            self._plan = presets.resolve(base, envs=names, methods=self.methods, seeds=self.seeds,
+                                         iterations=self.iterations, space=self.space,
+                                         env_factories=self.env_factories, own=own)
+        return self._plan
+
+    def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:
+        """(registry names or None, own environments) of `envs`."""
+        if self.envs is None:
+            return None, []
+        items = list(self.envs.items()) if isinstance(self.envs, Mapping) else \
+            [(None, e) for e in ([self.envs] if isinstance(self.envs, str) else self.envs)]
+        names, own = [], []
+        for label, env in items:
+            if isinstance(env, agent_envs.EnvSpec):
+                env = env.name
+            if isinstance(env, str):
+                if label is not None and label != env:
+                    raise ValueError(f"envs: {label!r}: a registry name is its own label; give {env!r} in a list")
+                names.append(env)
+            else:
+                own.append(own_envs.from_object(env, label))
+        return names, own
+
+    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> presets.Plan:
+        """Everything checked before any work (ValueError): the plan, every environment
+        built (a missing optional dependency named), PPO settings, tuners, memory."""
+        plan = self.plan()
+        if self._checked == memory_limit_gib:
+            return plan
+        if not (isinstance(memory_limit_gib, (int, float)) and memory_limit_gib > 0
+                and math.isfinite(memory_limit_gib)):
+            raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {memory_limit_gib}")
+        check_environments(plan)
+        check(plan, memory_limit_gib)
+        self._checked = memory_limit_gib
+        return plan
+
+    @contextlib.contextmanager
+    def open(self, out: str | Path | None = None, *, resume: bool = True, progress: bool = True,
+             tensorboard: bool = False, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+             log: Callable[[str], None] | None = None) -> Iterator[StudyRun]:
+        """Check everything and take the study directory (default runs/<name>): its lock,
+        manifest and finished units. Entering raises ValueError (or store.StudyBusy) on a
+        mistake, before any work; the StudyRun it yields does the work (`execute`)."""
+        plan = self.check(memory_limit_gib)
+        if tensorboard and not live_scalars.available():
+            raise ValueError('--tensorboard needs tensorboardX, which is not installed: '
+                             'pip install "hcjax[tensorboard]"')
+        store = StudyDir(out if out is not None else Path("runs") / plan.preset.name)
+        writer = jax.process_index() == 0
+        with contextlib.ExitStack() as stack:
+            if writer:
+                stack.enter_context(store.lock())  # checks first that the directory can be written
+            run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log)
+            if writer and not resume and (store.read_manifest() is not None or store.units()):
+                raise ValueError(f"{store.path} already holds a study; resume=True continues it, or choose "
+                                 f"another directory")
+            if writer:
+                own_envs.check_unchanged(plan.envs, _old_env_choices(store))
+                run.keys, run.finished = engine.prepare(plan, store, run.log)
+            else:
+                run.keys, run.finished = unit_keys(plan), None
+            yield run
+
+    def run(self, out: str | Path | None = None, *, resume: bool = True, progress: bool = True,
+            plot: bool = True, tensorboard: bool = False, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+            log: Callable[[str], None] | None = None) -> StudyResult:
+        """Run every unit not yet finished in `out` (see `open`), then write the figures and
+        tables (plot); returns the StudyResult. StudyFailed when some units failed."""
+        with self.open(out, resume=resume, progress=progress, tensorboard=tensorboard,
+                       memory_limit_gib=memory_limit_gib, log=log) as run:
+            return run.execute(plot=plot)
+
+
+def _old_env_choices(store: StudyDir) -> list[dict]:
+    """The env_choices of the manifest in the directory ([] without one)."""
+    choices = ((store.read_manifest() or {}).get("config") or {}).get("env_choices")
+    return choices if isinstance(choices, list) else []
+
+
+@dataclasses.dataclass
+class StudyRun:
+    """A checked study holding its directory (from `Study.open`): `execute` does the work."""
+
+    plan: presets.Plan
+    store: StudyDir
+    writer: bool
+    progress: bool
+    tensorboard: bool
+    memory_limit_gib: float
+    sink: Callable[[str], None] | None = None
+    keys: dict = dataclasses.field(default_factory=dict)
+    finished: set | None = None
+
+    def log(self, msg: str) -> None:
+        """A line to stderr (or the caller's `log`) and to the study's run.log."""
+        if self.sink is None:
+            print(msg, file=sys.stderr, flush=True)
+        else:
+            self.sink(msg)
+        if self.writer:
+            self.store.log(msg)
+
+    def execute(self, plot: bool = True) -> StudyResult:
+        """The work: every unit not yet finished, then (plot) the figures and tables. An
+        interruption (KeyboardInterrupt, a signal) is logged with how to resume and
+        re-raised; our failure outside a unit is appended to run.log and re-raised."""
+        plan, store = self.plan, self.store
+        p = plan.preset
+        self.log(f"hcjax run: preset {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x "
+                 f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
+        for e in plan.envs:
+            runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
+            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+        guess = estimate.estimate(plan, finished=self.finished or set())
+        self.log(guess.describe())
+        failures: list[engine.UnitFailure] = []
+        try:
+            engine.run(plan, store, self.keys, self.finished, progress=self.progress, log=self.log,
+                       memory_limit_gib=self.memory_limit_gib, tensorboard=self.tensorboard, failures=failures)
+        except Exception as e:
+            if self.writer:
+                store.log("".join(traceback.format_exception(e)))
+            raise
+        except BaseException as e:  # Ctrl-C or a signal turned into an exception: say how to resume
+            done = sum(store.unit_path(env.label, m).exists() for env, m in plan.units)
+            signum = getattr(e, "signum", None)
+            what = "interrupted" if signum is None else f"terminated by signal {signum}"
+            self.log(f"hcjax run: {what}; {done} of {len(plan.units)} units finished in {store.path}. "
+                     f"Run the same command again to resume.")
+            raise
+        result = StudyResult(directory=store.path, manifest={}, units=[], summary="", figures={}, estimate=guess)
+        if self.writer:
+            units = store.units()
+            result.manifest = store.read_manifest() or {}
+            result.units = [(u.meta["env"], u.meta["method"]) for u in units]
+            if units:
+                result.summary = tables.summary(units)
+                if plot:
+                    result.figures = plots.plot(store.path, units)
+        if failures:
+            if self.writer:
+                failed = sum(len(f.methods) for f in failures)
+                self.log(f"hcjax run: {failed} of {len(plan.units)} units failed (the others finished or were "
+                         f"already there):")
+                for f in failures:
+                    self.log(f"  {f}")
+                self.log("Run the same command again to retry only the failed units (the finished ones are kept).")
+            raise StudyFailed(failures, result)
+        return result
+
+
+def check_environments(plan: presets.Plan) -> None:
+    """Build every environment of the plan (cached for the run): one whose optional
+    dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
+    backend's package missing or too old) is the user's to install: ValueError naming it."""
+    for env in plan.envs:
+        try:
+            build.environment(env.make)
+        except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
+            backend = BACKENDS.get(env.path)
+            missing = backend_problem(backend) if backend is not None else None
+            if isinstance(e, RuntimeError) and missing is None:
+                raise
+            raise ValueError(f"environment {env.label} ({env.make}) cannot be made: a dependency is missing: "
+                             f"{missing or e}") from None
