@@ -136,10 +136,9 @@ def test_command_without_brax_resolves_the_smoke_preset(blocked):
     """The studies extra alone (no brax, no box2d or MuJoCo) passes the smoke preset's checks;
     a Brax task names the brax extra."""
     result = run_python("""
-        from experiments import cli
-        from experiments.study import presets
+        from experiments.study import api, presets
         plan = presets.resolve("smoke")
-        cli.check_environments(plan)
+        api.check_environments(plan)
         print("envs", [e.make for e in plan.envs])
         from agents.envs import backend, table
         try:
