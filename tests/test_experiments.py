@@ -138,12 +138,12 @@ def test_kill_then_resume_skips_finished_unit(resumed_study):
 
 def test_plots_and_tables_from_real_run(resumed_study):
     out, _, log = resumed_study
-    assert "| CartPole-v1 |" in log  # the results table was printed
+    assert "| CartPole-v1 (gymnax) |" in log  # the results table was printed, the env named as it ran
     for name in ("fig1_tuning_time", "fig1_iterations", "fig2_final"):
         png = out / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     success = (out / "tables" / "success.md").read_text()
-    assert "| Env | HC | Fixed |" in success and "| CartPole-v1 | 2/2 | 2/2 |" in success
+    assert "| Env | HC | Fixed |" in success and "| CartPole-v1 (gymnax) | 2/2 | 2/2 |" in success
     table = (out / "tables" / "results.md").read_text()
     assert "(1)" in table and "(2)" in table
     assert "fig2_final.png" in (out / "report.md").read_text()

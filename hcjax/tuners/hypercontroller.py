@@ -281,6 +281,6 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         """(h,) the arms in effect, in natural units."""
         return grid[rows, state.arms]
 
-    arms = tuple(np.asarray(n_arms).tolist())  # an arm of hyperparameter i lies in [0, n_arms[i])
+    arms = tuple(int(n) for n in space.arm_grid(d)[1])  # arm i in [0, n_arms[i]) (host ints: n_arms may be traced)
     return Tuner("hypercontroller", space, init, ask, tell, memory, values,
                  index_bounds=(("arms", arms), ("history", arms)))
