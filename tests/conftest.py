@@ -1,8 +1,24 @@
-"""Shared pytest settings, and a profile of where the suite's time goes.
+"""Shared pytest settings: one persistent JAX compilation cache per session, and a profile of
+where the suite's time goes.
 
-Set HCJAX_TEST_PROFILE=DIR to write DIR/<worker>.jsonl: one line per test with its wall
-seconds, the CPU seconds of this process and of the subprocesses it waited for, and the
-number of XLA compilations (with their seconds) that the test's process ran."""
+Writing a test (almost all of the suite's time is XLA compilation):
+- Compile once, use many times: build the learner or tuner and its `jax.jit` functions in a
+  module-scoped fixture (tests/test_ppo.py's `cartpole`), and let tests that only need a
+  run's outputs share one run (tests/test_population_study.py's `study`). A new jitted
+  closure is a new compilation, even of the same program.
+- Sizes: the smallest that still shows the point: one hidden layer of 8-16 units, 2-4 envs,
+  1 epoch of 2 minibatches, a handful of iterations, GP tuners with buffer/candidates of 16.
+  Only a claim about learning needs a learning-sized run; say why in its docstring.
+- `hcjax` in a subprocess (tests/cli_runs.py) costs an interpreter and its own compilations
+  (the persistent cache below saves the repeated ones): share one run through a fixture.
+- Mark a test `@pytest.mark.slow` when it is a long end-to-end run or training; `-m "not slow"`
+  is the quick tier for development. Every test still runs in the full suite.
+- HCJAX_TEST_PROFILE=DIR writes DIR/<worker>.jsonl: one line per test (with its fixtures'
+  setup) with its wall seconds, the CPU seconds of this process and of the subprocesses it
+  waited for, and the XLA compilations it ran (count, seconds, persistent-cache hits);
+  `python -m tests.profile_summary DIR` tabulates them. CPU seconds and compilations do not
+  depend on the machine's load; wall seconds do.
+"""
 from __future__ import annotations
 
 import json
