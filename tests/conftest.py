@@ -13,6 +13,9 @@ Writing a test (almost all of the suite's time is XLA compilation):
   (the persistent cache below saves the repeated ones): share one run through a fixture.
 - Mark a test `@pytest.mark.slow` when it is a long end-to-end run or training; `-m "not slow"`
   is the quick tier for development. Every test still runs in the full suite.
+- The session's compilation cache is a temporary directory, removed at the end; set
+  HCJAX_TEST_JAX_CACHE=DIR to keep one between runs (entries are keyed by the program, so a
+  stale entry is never used for a changed program).
 - HCJAX_TEST_PROFILE=DIR writes DIR/<worker>.jsonl: one line per test (with its fixtures'
   setup) with its wall seconds, the CPU seconds of this process and of the subprocesses it
   waited for, and the XLA compilations it ran (count, seconds, persistent-cache hits);
