@@ -24,8 +24,8 @@ def summarize(lines: list[dict], slowest: int = 30) -> dict:
         row = files[line["test"].split("::")[0]]
         row["tests"] += 1
         for f in FIELDS:
-            row[f] += line[f]
-    total = {f: sum(line[f] for line in lines) for f in FIELDS}
+            row[f] += line.get(f, 0)
+    total = {f: sum(line.get(f, 0) for line in lines) for f in FIELDS}
     return {"tests": len(lines), "total": total,
             "files": dict(sorted(files.items(), key=lambda kv: -cost(kv[1]))),
             "slowest": sorted(lines, key=lambda d: -cost(d))[:slowest]}
