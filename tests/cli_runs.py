@@ -2,35 +2,30 @@
 writes, finish it; and the small CartPole study files they run."""
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-# JAX's persistent compilation cache, shared by the `hcjax` runs of this test process (the
-# same small studies compile the same programs), removed when the process exits
-COMPILATION_CACHE = tempfile.mkdtemp(prefix="hcjax-test-jax-cache-")
-atexit.register(shutil.rmtree, COMPILATION_CACHE, ignore_errors=True)
 
 
 def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
     """Start `python -m experiments ARGS` (stdout and stderr together, as text), with one
-    CPU device or `devices` forced ones, sharing COMPILATION_CACHE; `kw` goes to Popen (e.g.
-    start_new_session)."""
+    CPU device or `devices` forced ones, sharing the test session's persistent compilation cache
+    (made by tests/conftest.py: the same small studies compile the same programs); `kw` goes to
+    Popen (e.g. start_new_session)."""
     return python(["-m", "experiments", *args], devices, **kw)
 
 
 def python(args, devices: int | None = None, **kw) -> subprocess.Popen:
     """Start `python ARGS` (a script, or -m MODULE) in the repository as `hcjax` starts (see there)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               JAX_COMPILATION_CACHE_DIR=COMPILATION_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+               JAX_COMPILATION_CACHE_DIR=os.environ["HCJAX_TEST_JAX_CACHE"],
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.3")
     env.pop("XLA_FLAGS", None)
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

@@ -39,6 +39,7 @@ def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values()
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[np.asarray(parents)])
 
 
+@pytest.mark.slow
 def test_driver_runs_pbt_on_a_population():
     """Before: run(cfg, env, make_population("pbt", space), keys) trained every agent at the
     space's defaults, silently. Now the population steps and its lineage is returned."""

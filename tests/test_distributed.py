@@ -17,6 +17,9 @@ import pytest
 from experiments.study import store as R
 from tests.cli_runs import cartpole_study, finish, hcjax, wait_for_checkpoint
 
+# end-to-end on purpose: real `hcjax` processes joined by jax.distributed, killed and restarted
+pytestmark = pytest.mark.slow
+
 STUDY = cartpole_study(["hypercontroller"], seeds=3, iterations=8, eval_every=2)
 
 

@@ -161,6 +161,7 @@ def test_gymnax_version_guard(monkeypatch):
 # ---- Brax ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_brax_registry_env_reset_step():
     env = envs.make("brax/ant", episode_length=100)  # outside the paper's list; the one Brax jit here
     assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 27, 8, 100)
@@ -365,6 +366,7 @@ def check_hparams_used(result, tuner, keys, cfg, host):
     assert np.all(np.diff(finished.astype(int), axis=1) >= 0)
 
 
+@pytest.mark.slow
 def test_brax_smoke_hypercontroller():
     env = envs.make("inverted_double_pendulum")  # spring backend
     space = hcjax.ppo_space(batch_size=(32, 128))
@@ -381,6 +383,7 @@ def test_brax_smoke_hypercontroller():
     assert np.isfinite(result.metrics["episode_return"][:, -1]).all()  # the pendulum falls within 8 x 32 steps
 
 
+@pytest.mark.slow
 def test_gymnasium_host_smoke_hypercontroller():
     env = envs.make("BipedalWalker-v3")
     assert env.host and env.obs_size == 24 and env.action_size == 4

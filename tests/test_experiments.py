@@ -113,6 +113,7 @@ def resumed_study(tmp_path_factory):
     return out, before, log
 
 
+@pytest.mark.slow
 def test_kill_then_resume_skips_finished_unit(resumed_study):
     out, before, log = resumed_study
     assert "skip CartPole-v1 / fixed" in log
@@ -136,6 +137,7 @@ def test_kill_then_resume_skips_finished_unit(resumed_study):
     assert manifest["config"]["name"] == "smoke"
 
 
+@pytest.mark.slow
 def test_plots_and_tables_from_real_run(resumed_study):
     out, _, log = resumed_study
     assert "| CartPole-v1 (gymnax) |" in log  # the results table was printed, the env named as it ran
@@ -151,6 +153,7 @@ def test_plots_and_tables_from_real_run(resumed_study):
     assert "CartPole-v1" in proc
 
 
+@pytest.mark.slow
 def test_four_host_devices_give_the_same_numbers_as_one(tmp_path):
     args = ["run", *TINY, "--methods", "hypercontroller", "--seeds", "3", "--no-plot"]
     procs = {n: hcjax(args + ["--out", str(tmp_path / f"dev{n}")], devices=n) for n in (4, 1)}  # concurrently

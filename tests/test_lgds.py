@@ -46,6 +46,7 @@ def test_bad_problem_options(field, kwargs):
         lgds.make(jax.random.PRNGKey(0), **kwargs)
 
 
+@pytest.mark.slow
 def test_hypercontroller_beats_random():
     """h = 2, d = 10, n = 1000, 256 seeds: mean regret lower by more than 3 standard errors."""
     space = hcjax.unit_space(2)

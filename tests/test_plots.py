@@ -148,6 +148,7 @@ plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
 """
 
 
+@pytest.mark.slow
 def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(tmp_path):
     # The committed cpu_study's Figure 1 has a tick within 0.01 px of an axes edge; with
     # autoscaled log limits it was drawn differently when NumPy used AVX-512 (last bits of

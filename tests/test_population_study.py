@@ -24,6 +24,7 @@ STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_ev
                        eval_steps=50, extra="\n[tuner.pbt]\nquantile = 0.25\n")
 
 
+@pytest.mark.slow
 def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values():
     population = hcjax.make_population("pbt", SPACE, quantile=0.25)
     learner = ppo.make_learner(CONFIG, envs.make("CartPole-v1"), population)
@@ -61,6 +62,7 @@ def study(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path, study):
     plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
     env = plan.envs[0]
@@ -90,6 +92,7 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path,
     assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)
 
 
+@pytest.mark.slow
 def test_a_study_with_population_methods_saves_lineage_and_draws_it(study):
     units = {u.meta["method"]: u for u in R.StudyDir(study).units()}
     for method in ("pbt", "pb2_population"):

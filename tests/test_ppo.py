@@ -187,6 +187,7 @@ def cartpole():
                 segment=jax.jit(lambda s: learner.iterate(s, CP_SEG)), evaluate=jax.jit(learner.evaluate))
 
 
+@pytest.mark.slow
 def test_frames_equal_batch_size_up_to_one_env_step(cartpole):
     state = cartpole["init"](jax.random.PRNGKey(0))
     _, m = cartpole["segment"](state)
@@ -221,12 +222,14 @@ def cartpole_learning(seed_base: int) -> np.ndarray:
     return np.asarray(evaluate(state, eval_keys)).mean(axis=1)
 
 
+@pytest.mark.slow
 def test_cartpole_fixed_learns():
     """The median over 8 seeds of the final deterministic return reaches 400 (of 500)."""
     returns = cartpole_learning(0)
     assert np.median(returns) >= 400, returns
 
 
+@pytest.mark.slow
 def test_vmapped_agents_equal_separate_runs(cartpole):
     keys = jax.random.split(jax.random.PRNGKey(7), 4)
     vstate = jax.jit(jax.vmap(cartpole["learner"].init))(keys)
@@ -239,6 +242,7 @@ def test_vmapped_agents_equal_separate_runs(cartpole):
                      vstate.params, state.params)
 
 
+@pytest.mark.slow
 def test_divergence_guard_rejects_and_training_goes_on(cartpole):
     """Inject an absurd learning rate (3e38, in effect until the fixed tuner re-asks at
     iteration 5): non-finite updates are rejected, params stay finite, training goes on."""
@@ -257,6 +261,7 @@ def test_divergence_guard_rejects_and_training_goes_on(cartpole):
 # ---- Pendulum --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pendulum_fixed_improves():
     """Seed 0, 100 iterations x 1024 frames = 102,400 frames: the mean deterministic
     return of the last 2 evaluations (4 episodes each) beats the untrained policy's by >= 400."""
@@ -323,6 +328,7 @@ def test_every_tunable_field_reaches_the_computation():
     np.testing.assert_allclose(lr[1], CHANGED["learning_rate"], rtol=1e-6)  # the optimiser got it
 
 
+@pytest.mark.slow
 def test_changing_tuned_values_never_recompiles():
     """HyperController changes all 11 values during the run; the segment is traced once."""
     space = tunable_space()
@@ -372,6 +378,7 @@ def counting_tuner(tuner, counter):
     return tuner._replace(ask=ask)
 
 
+@pytest.mark.slow
 def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iteration():
     """Every tuner at once: the seven methods stacked in one program (one agent each,
     hcjax.tuners.stacked), run with the ask on deciding iterations only (the iteration

@@ -3,6 +3,7 @@ import pathlib
 import re
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -84,6 +85,7 @@ def test_readme_ppo_example_runs():
     assert len({tuple(a) for a in hp[:, -1]}) > 1  # each agent chose on its own
 
 
+@pytest.mark.slow
 def test_readme_custom_environment_example_learns(capsys):
     namespace = run_block(CUSTOM_ENV)
     env, ret = namespace["env"], np.asarray(namespace["metrics"]["episode_return"])
@@ -109,6 +111,7 @@ def test_ci_runs_the_readme_test_command():
     assert command in [line.strip() for line in ci.splitlines()]  # run once per Python, in a loop
 
 
+@pytest.mark.slow
 def test_readme_population_example_runs(capsys):
     namespace = run_block(POPULATION)
     losses = np.asarray(namespace["losses"])

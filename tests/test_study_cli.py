@@ -98,6 +98,7 @@ def test_sigterm_exits_143_saying_how_to_resume(tmp_path, monkeypatch, capsys):
     assert code == 143 and "terminated by signal 15; 0 of 1 units finished" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
     unit: exit 130 after the first unit was saved, and nothing of the group survives."""
@@ -298,6 +299,7 @@ def test_a_study_too_large_for_memory_is_refused_before_any_work(flag, value, tm
 CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2)
 
 
+@pytest.mark.slow
 def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     """Five segments of 2 iterations; SIGKILL once the checkpoint holds segment k (k drawn
     at random), rerun: the unit equals an uninterrupted run's bit for bit, and its

@@ -123,6 +123,7 @@ def test_space_and_envs_flags_change_a_preset(capsys):
     assert code == 2 and "'hidden_sizes' is a static PPOConfig field" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
     """fuse_methods runs every method of an environment in one program (a stacked tuner,
     compiled once); every unit equals the same method run alone, bit for bit."""

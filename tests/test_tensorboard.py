@@ -24,6 +24,7 @@ def values(scalars: dict, tag: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(steps), np.asarray(vals, np.float32)
 
 
+@pytest.mark.slow
 def test_a_study_writes_every_seeds_scalars_and_each_methods_summary_while_it_runs(tmp_path, capsys):
     study = tmp_path / "study.toml"
     fused = "fuse_methods = true\n" + cartpole_study(["hypercontroller", "random"], seeds=2, iterations=6, eval_every=3)

@@ -1,0 +1,105 @@
+"""Shared pytest settings: one persistent JAX compilation cache per session, and a profile of
+where the suite's time goes.
+
+Writing a test (almost all of the suite's time is XLA compilation):
+- Compile once, use many times: build the learner or tuner and its `jax.jit` functions in a
+  module-scoped fixture (tests/test_ppo.py's `cartpole`), and let tests that only need a
+  run's outputs share one run (tests/test_population_study.py's `study`). A new jitted
+  closure is a new compilation, even of the same program.
+- Sizes: the smallest that still shows the point: one hidden layer of 8-16 units, 2-4 envs,
+  1 epoch of 2 minibatches, a handful of iterations, GP tuners with buffer/candidates of 16.
+  Only a claim about learning needs a learning-sized run; say why in its docstring.
+- `hcjax` in a subprocess (tests/cli_runs.py) costs an interpreter and its own compilations
+  (the persistent cache below saves the repeated ones): share one run through a fixture.
+- Mark a test `@pytest.mark.slow` when it is a long end-to-end run or training; `-m "not slow"`
+  is the quick tier for development. Every test still runs in the full suite.
+- The session's compilation cache is a temporary directory, removed at the end; set
+  HCJAX_TEST_JAX_CACHE=DIR to keep one between runs (entries are keyed by the program, so a
+  stale entry is never used for a changed program).
+- HCJAX_TEST_PROFILE=DIR writes DIR/<worker>.jsonl: one line per test (with its fixtures'
+  setup) with its wall seconds, the CPU seconds of this process and of the subprocesses it
+  waited for, and the XLA compilations it ran (count, seconds, persistent-cache hits);
+  `python -m tests.profile_summary DIR` tabulates them. CPU seconds and compilations do not
+  depend on the machine's load; wall seconds do.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+_PROFILE_DIR = os.environ.get("HCJAX_TEST_PROFILE")
+# JAX's persistent compilation cache for the whole session: the controller makes it, the xdist
+# workers and the `hcjax` subprocesses of tests/cli_runs.py inherit it through the environment
+_CACHE_VAR = "HCJAX_TEST_JAX_CACHE"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and _CACHE_VAR not in os.environ:  # the controller (or a lone process)
+        os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="hcjax-test-jax-cache-")
+        config._hcjax_cache_made = True
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_hcjax_cache_made", False):
+        shutil.rmtree(os.environ.pop(_CACHE_VAR), ignore_errors=True)
+
+
+class _CompileCounter:
+    """Counts the backend compilations JAX reports through jax.monitoring, and those of them
+    that the persistent cache answered."""
+
+    def __init__(self):
+        import jax
+
+        self.count, self.seconds, self.cache_hits = 0, 0.0, 0
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        jax.monitoring.register_event_listener(self._on_event)
+
+    def _on_event(self, event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.cache_hits += 1
+
+    def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+            self.seconds += seconds
+
+
+if _PROFILE_DIR:
+    _counter = None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """Times the test with its fixtures' setup and teardown; appends its line at once (a run
+        cut short keeps what it measured)."""
+        global _counter
+        if _counter is None:
+            _counter = _CompileCounter()
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        count, seconds, hits, wall = _counter.count, _counter.seconds, _counter.cache_hits, time.perf_counter()
+        yield
+        own2, children2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        line = {
+            "test": item.nodeid,
+            "wall_s": round(time.perf_counter() - wall, 3),
+            "cpu_s": round(own2.ru_utime + own2.ru_stime - own.ru_utime - own.ru_stime, 3),
+            "child_cpu_s": round(children2.ru_utime + children2.ru_stime - children.ru_utime - children.ru_stime, 3),
+            "compiles": _counter.count - count,
+            "compile_s": round(_counter.seconds - seconds, 3),
+            "cache_hits": _counter.cache_hits - hits,
+        }
+        out = Path(_PROFILE_DIR)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
