@@ -13,27 +13,24 @@ counts invalid objectives, as `fixed` does).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hcjax import pytree
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory
 from hcjax.tuners.fixed import constant_memory, count_invalid
 
 
-class ScheduleState(NamedTuple):
+@pytree.dataclass
+class ScheduleState:
     """which: int32 row of the schedules this agent replays; asks: int32 asks so far;
     n_invalid: int32 invalid objectives told."""
 
     which: jax.Array
     asks: jax.Array
     n_invalid: jax.Array
-
-    def replace(self, **changes) -> ScheduleState:
-        return self._replace(**changes)
 
 
 def schedule(space: Space, schedules, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
