@@ -11,6 +11,12 @@ Writing a test (almost all of the suite's time is XLA compilation):
   Only a claim about learning needs a learning-sized run; say why in its docstring.
 - `hcjax` in a subprocess (tests/cli_runs.py) costs an interpreter and its own compilations
   (the persistent cache below saves the repeated ones): share one run through a fixture.
+- The suite compiles with XLA's backend optimisation off (JAX_DISABLE_MOST_OPTIMIZATIONS=1,
+  set here for the workers and subprocesses unless already set; =0 tests the build users run):
+  a third less compilation time, the same programs. A test that trains long enough for optimised
+  code to repay its compilation is marked `@pytest.mark.optimized` (or wraps its work in
+  `optimized()`); a test must not depend on how XLA rounds (compare across programs with a
+  float32 tolerance, not bit for bit).
 - Mark a test `@pytest.mark.slow` when it is a long end-to-end run or training; `-m "not slow"`
   is the quick tier for development. Every test still runs in the full suite.
 - The session's compilation cache is a temporary directory, removed at the end; set
@@ -24,6 +30,7 @@ Writing a test (almost all of the suite's time is XLA compilation):
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -38,16 +45,49 @@ _PROFILE_DIR = os.environ.get("HCJAX_TEST_PROFILE")
 # JAX's persistent compilation cache for the whole session: the controller makes it, the xdist
 # workers and the `hcjax` subprocesses of tests/cli_runs.py inherit it through the environment
 _CACHE_VAR = "HCJAX_TEST_JAX_CACHE"
+# XLA without most of its optimisation passes (jax_disable_most_optimizations): a third less
+# compilation time for the same programs; "0" (or HCJAX_TEST... set by the user) compiles as users do
+_FAST_VAR = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and _CACHE_VAR not in os.environ:  # the controller (or a lone process)
         os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="hcjax-test-jax-cache-")
         config._hcjax_cache_made = True
+    # inherited by the xdist workers and the `hcjax` subprocesses (tests/cli_runs.py)
+    os.environ.setdefault(_FAST_VAR, "1")
     import jax
 
     jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+    jax.config.update("jax_disable_most_optimizations", os.environ[_FAST_VAR] == "1")
+
+
+@contextlib.contextmanager
+def optimized():
+    """XLA's full optimisation for what runs inside (and the subprocesses started there),
+    for runs long enough that optimised code repays its longer compilation."""
+    import jax
+
+    before = os.environ[_FAST_VAR]
+    os.environ[_FAST_VAR] = "0"
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        os.environ[_FAST_VAR] = before
+        jax.config.update("jax_disable_most_optimizations", before == "1")
+
+
+@pytest.fixture(autouse=True)
+def _optimized_when_marked(request):
+    """A test marked `optimized` runs under `optimized()` (its module fixtures do not: wrap
+    their work in `optimized()` where they train long)."""
+    if request.node.get_closest_marker("optimized") is None:
+        yield
+    else:
+        with optimized():
+            yield
 
 
 def pytest_unconfigure(config):

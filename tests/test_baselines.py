@@ -210,6 +210,7 @@ def regret_run(name, opts, n_seeds=32, decisions=100, noise=0.1):
     return float(jnp.mean(simple)), float(jnp.std(simple) / math.sqrt(n_seeds)), float(jnp.mean(last))
 
 
+@pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_gp_methods_beat_random_on_static_noisy_problem():
     gp_opts = dict(buffer=100, candidates=128, fit_points=50, refine_steps=5)
     results = {name: regret_run(name, opts) for name, opts in

@@ -47,6 +47,7 @@ def test_bad_problem_options(field, kwargs):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_hypercontroller_beats_random():
     """h = 2, d = 10, n = 1000, 256 seeds: mean regret lower by more than 3 standard errors."""
     space = hcjax.unit_space(2)

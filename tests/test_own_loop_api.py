@@ -67,7 +67,10 @@ def test_values_is_the_configuration_in_effect(name):
         np.testing.assert_array_equal(ask(told, jax.random.PRNGKey(4))[1], first)
     for k in range(3):  # after every ask: exactly the values it returned
         told, asked = ask(told, jax.random.PRNGKey(5 + k))
-        np.testing.assert_array_equal(values(told), asked)
+        if name in ("hypercontroller", "random", "random_start", "hyperband", "fixed"):  # stored or looked up
+            np.testing.assert_array_equal(values(told), asked)
+        else:  # GP tuners decode their unit point in each program: XLA may round the two programs' exp
+            np.testing.assert_allclose(values(told), asked, rtol=3e-7)  # differently (one float32 ulp)
         told = tell(told, jnp.float32(k))
 
 

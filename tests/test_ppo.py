@@ -223,6 +223,7 @@ def cartpole_learning(seed_base: int) -> np.ndarray:
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_cartpole_fixed_learns():
     """The median over 8 seeds of the final deterministic return reaches 400 (of 500)."""
     returns = cartpole_learning(0)
@@ -262,6 +263,7 @@ def test_divergence_guard_rejects_and_training_goes_on(cartpole):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_pendulum_fixed_improves():
     """Seed 0, 100 iterations x 1024 frames = 102,400 frames: the mean deterministic
     return of the last 2 evaluations (4 episodes each) beats the untrained policy's by >= 400."""
