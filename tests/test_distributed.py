@@ -6,11 +6,14 @@ process 0 alone writes, the Python Study API works as `hcjax run --distributed` 
 killing one process mid population unit then restarting both resumes from the checkpoint.
 
 One study serves every test and three process pairs run it: the reference pair (the Study
-API), the pair killed mid-unit and the restarted pair (both `hcjax run --distributed`)."""
+API), the pair killed mid population unit and the restarted pair (both `hcjax run
+--distributed`, on a copy of the reference pair's directory without its pbt unit: the
+compilations of the reference pair's process 0 are in the test session's cache)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -119,6 +122,8 @@ def test_killing_one_process_mid_population_unit_then_restarting_both_resumes(ru
     tmp, study, _ = runs
     out = tmp / "killed"
     store = R.StudyDir(out)
+    shutil.copytree(tmp / "two", out)  # the hypercontroller unit finished: the pair goes straight to pbt
+    store.unit_path("CartPole-v1", "pbt").unlink()
     ckpt = store.checkpoint_path("CartPole-v1", "pbt")
     pair = start_pair(study, out)
     wait_for_checkpoint(pair, ckpt, 4)  # after the population step at iteration 4 (kept in the checkpoint)
