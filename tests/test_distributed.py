@@ -1,11 +1,19 @@
-"""A study on two JAX processes (jax.distributed over gloo on this CPU, one device each):
-the agent axis is sharded across both, the numbers equal one process's, process 0 alone
-writes, and killing one process mid-unit then restarting both resumes from the
-checkpoint."""
+"""A study on two JAX processes (jax.distributed over gloo on this CPU, two devices each)
+against one process with four devices: a tuner unit and a population unit (pbt) with the
+agent axis sharded across both processes, the ranking over the whole population and the
+donors moved by the compiled step. The numbers and the lineage equal one process's,
+process 0 alone writes, the Python Study API works as `hcjax run --distributed` does, and
+killing one process mid population unit then restarting both resumes from the checkpoint.
+
+One study serves every test and three process pairs run it: the reference pair (the Study
+API), the pair killed mid population unit and the restarted pair (both `hcjax run
+--distributed`, on a copy of the reference pair's directory without its pbt unit: the
+compilations of the reference pair's process 0 are in the test session's cache)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,12 +23,26 @@ import numpy as np
 import pytest
 
 from experiments.study import store as R
-from tests.cli_runs import cartpole_study, finish, hcjax, wait_for_checkpoint
+from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint
 
-# end-to-end on purpose: real `hcjax` processes joined by jax.distributed, killed and restarted
+# end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
 pytestmark = pytest.mark.slow
 
-STUDY = cartpole_study(["hypercontroller"], seeds=3, iterations=8, eval_every=2)
+STUDY = cartpole_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2)
+METHODS = ("hypercontroller", "pbt")
+LINEAGE = ("lineage_iteration", "lineage_parent", "lineage_objective")
+# process PROCESS of two, through the Python API: the user's own jax.distributed.initialize (collectives over
+# gloo on the CPU, set before the backend starts), then the same Study.run in every process
+API_RUN = """
+import json, sys
+import jax
+study, out, port, process = sys.argv[1:]
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=int(process))
+from experiments import Study
+result = Study.from_file(study).run(out, progress=False, plot=False)
+print("units written:", json.dumps(result.units))
+"""
 
 
 def free_port() -> int:
@@ -30,35 +52,58 @@ def free_port() -> int:
 
 
 def start(study: Path, out: Path, process: int | None = None, port: int | None = None) -> subprocess.Popen:
-    """`hcjax run --config study --out out` on one CPU device, alone or as process `process` of two."""
+    """`hcjax run --config study --out out`: alone on four CPU devices, or as process
+    `process` of two with two devices each."""
     args = ["run", "--config", study, "--out", out, "--no-plot", "--no-progress"]
-    if process is not None:
-        args += ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                 "--process-id", process]
-    return hcjax(args, start_new_session=True)
+    if process is None:
+        return hcjax(args, devices=4, start_new_session=True)
+    args += ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", process]
+    return hcjax(args, devices=2, start_new_session=True)
+
+
+def start_pair(study: Path, out: Path) -> list[subprocess.Popen]:
+    port = free_port()
+    return [start(study, out, i, port) for i in (0, 1)]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One process, and two processes, on the same study."""
+    """One process (`hcjax run`), and two processes (the Study API), on the same study."""
     tmp = tmp_path_factory.mktemp("dist")
     study = tmp / "study.toml"
     study.write_text(STUDY)
     port = free_port()
-    pair = [start(study, tmp / "two", i, port) for i in (0, 1)]
+    pair = [python(["-c", API_RUN, study, tmp / "two", port, i], devices=2, start_new_session=True) for i in (0, 1)]
     alone = start(study, tmp / "one")
-    logs = [finish(p, 300) for p in pair]
-    finish(alone, 300)
+    logs = [finish(p, 400) for p in pair]
+    finish(alone, 400)
     return tmp, study, logs
 
 
-def test_two_processes_give_the_numbers_of_one(runs):
+def units(path: Path) -> dict[str, R.UnitResult]:
+    return {u.meta["method"]: u for u in R.StudyDir(path).units()}
+
+
+def assert_same_numbers(got: dict[str, R.UnitResult], want: dict[str, R.UnitResult]) -> None:
+    """Every unit's per-seed arrays, and the population's lineage, equal to 1e-6."""
+    assert sorted(got) == sorted(want) == sorted(METHODS)
+    for method in METHODS:
+        for name in R.SEED_METRICS + ("eval_reward",) + (LINEAGE if method == "pbt" else ()):
+            np.testing.assert_allclose(getattr(got[method], name), getattr(want[method], name), rtol=1e-6, atol=1e-6,
+                                       err_msg=f"{method}: {name}")
+
+
+def test_two_processes_give_the_numbers_and_lineage_of_one(runs):
     tmp, _, _ = runs
-    two, one = R.StudyDir(tmp / "two").units()[0], R.StudyDir(tmp / "one").units()[0]
-    assert two.meta["n_devices"] == 2 and two.meta["n_agents"] == 4  # 3 seeds padded to 4, 2 per process
-    assert one.meta["n_devices"] == 1 and one.meta["n_agents"] == 3
-    for name in R.SEED_METRICS + ("eval_reward",):
-        np.testing.assert_allclose(getattr(two, name), getattr(one, name), rtol=1e-6, atol=1e-6, err_msg=name)
+    two, one = units(tmp / "two"), units(tmp / "one")
+    for method in METHODS:
+        assert two[method].meta["n_devices"] == one[method].meta["n_devices"] == 4
+        assert two[method].meta["n_agents"] == one[method].meta["n_agents"] == 4
+    lineage = two["pbt"]
+    assert lineage.lineage_iteration.tolist() == [2, 4, 6]
+    # exploit happened: with 4 agents and quantile 0.25 one agent per step continues from another
+    assert (lineage.lineage_parent != np.arange(4)[:, None]).sum(axis=0).tolist() == [1, 1, 1]
+    assert_same_numbers(two, one)
 
 
 def test_only_process_zero_writes(runs):
@@ -66,30 +111,34 @@ def test_only_process_zero_writes(runs):
     store = R.StudyDir(tmp / "two")
     manifest = json.loads(store.manifest_path.read_text())
     assert len(manifest["runs"]) == 1 and manifest["devices"]["process_count"] == 2
-    assert store.log_path.read_text().count("done CartPole-v1 / hypercontroller") == 1
-    assert [p.name for p in store.units_dir.iterdir()] == ["CartPole-v1__hypercontroller.npz"]
-    assert "Median final evaluation" in log0 and "Median final evaluation" not in log1
+    for method in METHODS:
+        assert store.log_path.read_text().count(f"done CartPole-v1 / {method}") == 1
+    assert sorted(p.name for p in store.units_dir.iterdir()) == [f"CartPole-v1__{m}.npz" for m in METHODS]
+    written = [json.loads(log.split("units written:")[1].splitlines()[0]) for log in (log0, log1)]
+    assert written == [[["CartPole-v1", m] for m in METHODS], []]  # the Study API's result: process 0's
 
 
-def test_killing_one_process_then_restarting_both_resumes(runs):
+def test_killing_one_process_mid_population_unit_then_restarting_both_resumes(runs):
     tmp, study, _ = runs
     out = tmp / "killed"
     store = R.StudyDir(out)
-    ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
-    port = free_port()
-    pair = [start(study, out, i, port) for i in (0, 1)]
-    wait_for_checkpoint(pair, ckpt, 4)
+    shutil.copytree(tmp / "two", out)  # the hypercontroller unit finished: the pair goes straight to pbt
+    store.unit_path("CartPole-v1", "pbt").unlink()
+    ckpt = store.checkpoint_path("CartPole-v1", "pbt")
+    pair = start_pair(study, out)
+    wait_for_checkpoint(pair, ckpt, 4)  # after the population step at iteration 4 (kept in the checkpoint)
     os.killpg(pair[1].pid, signal.SIGKILL)
     try:  # process 0 fails or waits for its peer: either way it is stopped before the restart
         pair[0].communicate(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(pair[0].pid, signal.SIGKILL)
         pair[0].communicate()
-    assert ckpt.exists() and not store.unit_path("CartPole-v1", "hypercontroller").exists()
-    port = free_port()
-    logs = [finish(p, 300) for p in [start(study, out, i, port) for i in (0, 1)]]
-    assert "resume CartPole-v1 / hypercontroller from its checkpoint after iteration" in logs[0]
-    resumed, one = store.units()[0], R.StudyDir(tmp / "one").units()[0]
-    for name in R.SEED_METRICS + ("eval_reward",):
-        np.testing.assert_allclose(getattr(resumed, name), getattr(one, name), rtol=1e-6, atol=1e-6, err_msg=name)
+    assert ckpt.exists() and not store.unit_path("CartPole-v1", "pbt").exists()
+    with np.load(ckpt) as z:
+        assert z["record/lineage_iteration"].tolist()[:2] == [2, 4]
+    logs = [finish(p, 400) for p in start_pair(study, out)]
+    assert "skip CartPole-v1 / hypercontroller: already finished" in logs[0]
+    assert "resume CartPole-v1 / pbt from its checkpoint after iteration" in logs[0]
+    assert "Median final evaluation" in logs[0] and "Median final evaluation" not in logs[1]
+    assert_same_numbers(units(out), units(tmp / "one"))
     assert not ckpt.exists()

@@ -14,6 +14,7 @@ from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
+from experiments.study.checks import check
 from experiments.study.plan import unit_keys
 from tests.cli_runs import cartpole_study
 
@@ -111,3 +112,12 @@ def test_population_methods_are_refused_where_they_cannot_run(capsys, tmp_path):
     code = cli.main(["run", "--preset", "smoke", "--envs", "BipedalWalker-v3", "--methods", "pbt",
                      "--out", str(tmp_path)])
     assert code == 2 and "population methods ['pbt'] run on JAX environments only" in capsys.readouterr().err
+
+
+def test_population_seeds_must_fill_every_device_of_every_process(monkeypatch):
+    """The population is exactly the seeds (no padding agents would join the ranking): with 4
+    devices in all (e.g. 2 processes x 2 under --distributed), 6 seeds are refused, 8 pass."""
+    monkeypatch.setattr(jax, "device_count", lambda: 4)
+    with pytest.raises(ValueError, match=r"seeds \(6\) must be a multiple of the device count \(4\)"):
+        check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=6))
+    check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=8))

@@ -56,8 +56,6 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
         if host:
             raise ValueError(f"population methods {populations} run on JAX environments only (the agent axis is "
                              f"one program); gymnasium environments {host} run on the host")
-        if jax.process_count() > 1:
-            raise ValueError(f"population methods {populations} do not run under --distributed (yet)")
         if plan.preset.seeds % jax.device_count():
             raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
                              f"the device count ({jax.device_count()}): the population is exactly the seeds")

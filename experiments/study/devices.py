@@ -2,7 +2,9 @@
 padded to a multiple of the device count, one PRNG key per seed, and arrays back to the host.
 
 Every array of a unit's learner state is sharded with `NamedSharding(mesh, P("agent"))`, so
-each device trains its own slice of agents and no communication is needed. The number of
+each device trains its own slice of agents and no communication is needed (but for a
+population unit's step, whose ranking and exploit span the whole mesh:
+`agents.population.PopulationLoop`). The number of
 agents is padded up to a multiple of the device count with extra seeds (ids after the real
 ones) whose results are dropped. Seed i of every method uses the key PRNGKey(i).
 """

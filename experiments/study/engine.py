@@ -25,7 +25,7 @@ from agents.ppo import PPOConfig, make_learner
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.checkpoints import Checkpoint
-from experiments.study.devices import padded_count
+from experiments.study.devices import agent_mesh, padded_count
 from experiments.study.loops import run_host_unit, run_jax_unit
 from experiments.study.methods import is_population
 from experiments.study.plan import (
@@ -67,8 +67,9 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     population = None
     if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
         learner = make_learner(config, environment, tuners[0])
-        population = PopulationLoop(learner, tuners[0], p.tune_every, population_objective(methods[0], config.objective,
-                                                                                     p.tune_every))
+        population = PopulationLoop(learner, tuners[0], p.tune_every,
+                                    population_objective(methods[0], config.objective, p.tune_every),
+                                    mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
     else:
         learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
     S, M = p.seeds, len(methods)
