@@ -12,6 +12,7 @@ from agents import driver, ppo
 TINY = dict(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), eval_steps=20)
 
 
+@pytest.mark.slow
 def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values():
     space = hcjax.ppo_space(batch_size=(16, 32))
     cfg = ppo.PPOConfig(**TINY)

@@ -72,6 +72,7 @@ def test_options_given_to_the_constructor_must_match_the_bounds():
     assert H("x", 0, 1, integer=True, options=("a", "b")) == H.choice("x", ["a", "b"])
 
 
+@pytest.mark.slow
 def test_encode_decode_grid_natural_against_numpy():
     rng = np.random.default_rng(0)
     u = rng.uniform(-0.1, 1.1, size=(2000, SPACE.h)).astype(np.float32)
@@ -158,6 +159,7 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
     assert [len(a) for a in seen] == n_arms, seen
 
 
+@pytest.mark.slow
 def test_masked_arms_lose_to_nan_scores():
     scores = jnp.asarray([[jnp.nan, -jnp.inf, 5.0], [jnp.nan, jnp.nan, 7.0]])
     masked = masked_scores(scores, jnp.asarray([2, 1]))
@@ -189,6 +191,7 @@ def assert_option_indices(values) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(hcjax.available()))
+@pytest.mark.slow
 def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
     tuner = hcjax.make_tuner(name, SPACE, **SMALL.get(name, {}))
 
@@ -211,6 +214,7 @@ def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
 
 
 @pytest.mark.parametrize("name", sorted(hcjax.populations()))
+@pytest.mark.slow
 def test_every_population_method_returns_option_indices(name):
     pop = hcjax.make_population(name, SPACE, **SMALL.get(name, {}))
     step = jax.jit(pop.step)
@@ -256,6 +260,7 @@ def test_space_argument_parses_options():
 @pytest.mark.parametrize("arg,message", [("learning_rate=fast,slow", "learning_rate is categorical"),
                                          ("clip_eps=0.1,0.1", "'clip_eps'.*distinct"),
                                          ("batch_size=64,0.5", "batch_size is categorical")])
+@pytest.mark.slow
 def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run([sys.executable, "-m", "experiments", "run", "--preset", "smoke", "--iterations", "1",
@@ -265,6 +270,7 @@ def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path):
     assert re.search(message, result.stderr), result.stderr
 
 
+@pytest.mark.slow
 def test_ppo_refuses_string_options_and_trains_with_the_option_value():
     with pytest.raises(ValueError, match="learning_rate is categorical: its options must be numbers"):
         ppo.check_space(hcjax.Space([H.choice("learning_rate", ["slow", "fast"])]))

@@ -48,12 +48,14 @@ def run_against_reference(h, d, s, beta, seed, tol=1e-4):
 
 
 @pytest.mark.parametrize("h,d,s", [(1, 4, 1), (3, 10, 1), (2, 5, 2), (2, 3, 3)])
+@pytest.mark.slow
 def test_matches_reference(h, d, s):
     n_unique = run_against_reference(h, d, s, beta=0.0, seed=h * 100 + d * 10 + s)
     # The comparison is only meaningful if most decisions had a unique best arm.
     assert n_unique > 0.5 * STEPS * h
 
 
+@pytest.mark.slow
 def test_matches_reference_with_optimism_bonus():
     run_against_reference(2, 4, 2, beta=0.7, seed=7)
 
@@ -71,6 +73,7 @@ def test_uniform_while_no_history_and_random_ties():
     assert chi2 < 20.0, counts  # chi-square, 4 dof: p < 0.001 at 18.5
 
 
+@pytest.mark.slow
 def test_break_ties_picks_a_maximum():
     """Against NumPy on many rows with heavy ties and NaNs (NaN counts as -inf)."""
     rng = np.random.default_rng(0)
@@ -157,6 +160,7 @@ def test_invalid_objective_is_ignored(bad):
     assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
 
 
+@pytest.mark.slow
 def test_vmap_equals_separate_runs():
     tuner = hcjax.make_tuner("hypercontroller", hcjax.unit_space(3), d=5, s=2)
 

@@ -65,6 +65,7 @@ def argparse_help(args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_quoted_usage_is_what_argparse_prints():
     quoted = [(m["args"].strip(), m["text"]) for path in DOCUMENTS for m in USAGE.finditer(path.read_text())]
     assert [args for args, _ in quoted] == ["--help", "run --help"]

@@ -36,6 +36,7 @@ def test_resolve_order_and_prefixes(name, backend, ident):
     assert envs.resolve(spec.name) == spec  # "backend/id" round-trips
 
 
+@pytest.mark.slow
 def test_resolve_imports_only_what_it_needs():
     code = ("import sys; from agents import envs; "
             "envs.resolve('gymnasium/CartPole-v1'); a = ('gymnax' in sys.modules, 'brax' in sys.modules); "
@@ -172,6 +173,7 @@ def test_brax_registry_env_reset_step():
     assert np.all(np.isfinite(obs2)) and not bool(d)
 
 
+@pytest.mark.slow
 def test_brax_env_objects():
     from brax import envs as brax_envs
     from brax.envs.wrappers import training

@@ -59,6 +59,7 @@ def test_cli_rejects_bad_configuration_before_compiling(argv, words, capsys, tmp
     assert time.perf_counter() - t0 < 30.0  # validation only: a compile alone takes longer
 
 
+@pytest.mark.slow
 def test_presets_are_sized_as_documented():
     smoke = presets.resolve("smoke")
     assert len(smoke.envs) == 1 and smoke.envs[0].path in ("gymnax", "brax")

@@ -48,6 +48,7 @@ def data(seed, n=30, m=7, dim=3):
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_posterior_and_likelihood_match_reference(seed):
     X, Xs, y, mask = data(seed)
     ell, r = 0.5, 0.1
@@ -99,6 +100,7 @@ def test_time_varying_kernel():
     close(got, ref)
 
 
+@pytest.mark.slow
 def test_cholesky_jitter_rescues_singular_matrix():
     # Rank-1 PSD matrix: plain Cholesky fails in float32; escalating jitter gives a finite factor.
     v = jnp.arange(1.0, 41.0) / 40.0
@@ -112,6 +114,7 @@ def test_cholesky_jitter_rescues_singular_matrix():
     assert float(jitter) == -1.0 and np.all(np.isfinite(np.asarray(L)))
 
 
+@pytest.mark.slow
 def test_blocked_triangular_solves():
     rng = np.random.default_rng(0)
     n = 300  # several blocks of gp.BLOCK plus a partial one
@@ -231,6 +234,7 @@ def test_protection_warning_follows_the_jax_version():
         assert "jax >= 0.11" in str(protection[0].message) and "one matrix at a time" in str(protection[0].message)
 
 
+@pytest.mark.slow
 def test_vmap_paths_give_the_loop_values_and_cpu_default_follows_the_jax_version():
     args = agent_problems()
     compiled, out = {}, {}
@@ -273,6 +277,7 @@ GP_OPTIONS = dict(buffer=40, candidates=64, fit_points=32, refine_steps=3)
 
 
 @pytest.mark.parametrize("name", ["gp_ucb", "pb2"])
+@pytest.mark.slow
 def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
     tuner = hcjax.make_tuner(name, hcjax.ppo_space(), **GP_OPTIONS)
 

@@ -47,6 +47,7 @@ def drive(tuner, xs, start=0):
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_same_values_as_the_jitted_tuner_with_the_documented_keys(name):
     seed, xs = 5, objectives(0, STEPS)
     host = hcjax.HostTuner(name, SPACE, seed=seed, **OPTIONS[name])
@@ -88,6 +89,7 @@ def test_counts_invalid_objectives():
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_checkpoint_round_trip_continues_identically(name, tmp_path):
     xs = objectives(1, 2 * STEPS)
     original = hcjax.HostTuner(name, SPACE, seed=3, **OPTIONS[name])
@@ -215,6 +217,7 @@ def test_save_load_through_a_bytes_buffer():
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
+@pytest.mark.slow
 def test_pickle_round_trip_continues_identically(name):
     """Issue 17: pickling goes through state_dict; the copy makes the original's next asks."""
     xs = objectives(4, 2 * STEPS)

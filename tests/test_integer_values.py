@@ -62,6 +62,7 @@ def test_integer_bounds_must_be_whole_numbers():
 
 
 @pytest.mark.parametrize("name", sorted(hcjax.available()))
+@pytest.mark.slow
 def test_every_tuner_returns_whole_values_inside_integer_bounds(name):
     for seed, space in enumerate(SPACES):
         tuner = hcjax.make_tuner(name, space, **SMALL.get(name, {}))
@@ -85,6 +86,7 @@ def test_every_tuner_returns_whole_values_inside_integer_bounds(name):
 
 
 @pytest.mark.parametrize("name", sorted(hcjax.populations()))
+@pytest.mark.slow
 def test_every_population_method_returns_whole_values_inside_integer_bounds(name):
     for seed, space in enumerate(SPACES):
         pop = hcjax.make_population(name, space, **SMALL.get(name, {}))

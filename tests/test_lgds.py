@@ -19,6 +19,7 @@ def test_gamma_is_schur_and_noise_is_the_kernel():
     np.testing.assert_allclose(q[0, 1], expected, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_run_plays_the_chosen_configuration():
     """A fixed tuner at arms (i, j) has regret max z_t - z_t[i * d + j], computed by hand."""
     h, d, n = 2, 5, 20

@@ -18,6 +18,7 @@ def tuner():
     return hcjax.make_tuner("fixed", hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, scale="log")]))
 
 
+@pytest.mark.slow
 def test_evaluations_every_k_iterations_and_after_the_last(tuner):
     key = jax.random.key(3)
     state, metrics, evals = jax.jit(ppo.make_train(CONFIG, "CartPole-v1", tuner, eval_every=2))(key)

@@ -5,6 +5,7 @@ compiled for the CPU, batched cuSOLVER QR when lowered for CUDA)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from agents import networks as nets
 from hcjax import gp
@@ -34,6 +35,7 @@ def kernels(params):
     return out
 
 
+@pytest.mark.slow
 def test_vmapped_init_paths_equal_the_loop_and_are_orthogonal():
     keys = jax.device_put(jax.random.split(jax.random.PRNGKey(3), AGENTS), CPU)
     compiled, out = {}, {}

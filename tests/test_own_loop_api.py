@@ -41,6 +41,7 @@ def test_as_dict_under_jit_and_vmap():
 
 
 @pytest.mark.parametrize("name", TUNERS)
+@pytest.mark.slow
 def test_values_is_the_configuration_in_effect(name):
     tuner = make(name)
     values, ask, tell = jax.jit(tuner.values), jax.jit(tuner.ask), jax.jit(tuner.tell)
@@ -93,6 +94,7 @@ def reference_run(tuner, keys, objectives, decide):
 
 
 @pytest.mark.parametrize("name", TUNERS)
+@pytest.mark.slow
 def test_step_is_tell_then_ask_on_deciding_iterations(name):
     tuner = make(name)
     T, n = 9, 2
@@ -241,6 +243,7 @@ def test_set_hyperparams_changes_the_optax_update():
         hcjax.optax.set_hyperparams(state, {"learning_rate": jnp.ones(2)})
 
 
+@pytest.mark.slow
 def test_pbt_min_gap_ties_never_copy():
     space = hcjax.Space([hcjax.Hyperparameter("lr", 1e-4, 1e-2, "log")])
     key = jax.random.PRNGKey(0)

@@ -162,6 +162,7 @@ def reference_returns(key, env, goal, episodes, max_steps):
 
 @pytest.mark.parametrize("old_api", [False, True])
 @pytest.mark.parametrize("goal, max_steps", [(6, 10), (50, 10), (50, 2)])  # terminated, truncated, cut at max_steps
+@pytest.mark.slow
 def test_greedy_returns_against_a_python_loop(old_api, goal, max_steps):
     env, key = Walk(old_api), jax.random.PRNGKey(7)
     got = jax.jit(lambda k, g: hcjax.objectives.greedy_returns(k, env, g, walk_policy, 6, max_steps))(key, goal)

@@ -53,6 +53,7 @@ def test_guide_quotes_the_scripts_and_their_diffs():
         assert f"{added - removed} more lines" in text
 
 
+@pytest.mark.slow
 def test_untuned_and_tuned_scripts_run():
     rngs = jax.random.split(jax.random.PRNGKey(0), 2)
     plain = jax.jit(jax.vmap(ppo_cartpole.make_train(TINY)))(rngs)
@@ -75,6 +76,7 @@ def test_untuned_and_tuned_scripts_run():
     assert int(np.asarray(tuner_state.t).min()) >= 1 and np.all(np.isfinite(level))  # episodes finished, told
 
 
+@pytest.mark.slow
 def test_untuned_and_tuned_dqn_run():
     rngs = jax.random.split(jax.random.PRNGKey(0), 2)
     plain = jax.jit(jax.vmap(dqn_cartpole.make_train(TINY_DQN)))(rngs)
@@ -101,6 +103,7 @@ def test_untuned_and_tuned_dqn_run():
     np.testing.assert_allclose(level, np.asarray(metrics["greedy_return"])[:, -1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_population_recipe_runs():
     agents = 4
     config = dict(TINY, READY=3)
@@ -129,6 +132,7 @@ def test_population_recipe_refuses_to_drop_updates():
         ppo_cartpole_pbt.run_pbt(dict(TINY, READY=4), jax.random.PRNGKey(1), 2)
 
 
+@pytest.mark.slow
 def test_benchmark_writes_its_report(tmp_path, capsys):
     out = tmp_path / "own_loop.json"
     report = bench_own_loop.main(["--seeds", "2", "--rounds", "2", "--timesteps", "1024", "--out", str(out)])

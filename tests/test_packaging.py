@@ -132,6 +132,7 @@ def test_plots_without_matplotlib_name_the_studies_extra():
 
 
 @pytest.mark.parametrize("blocked", [("brax", "mujoco", "Box2D")])  # gymnax itself needs gymnasium
+@pytest.mark.slow
 def test_command_without_brax_resolves_the_smoke_preset(blocked):
     """The studies extra alone (no brax, no box2d or MuJoCo) passes the smoke preset's checks;
     a Brax task names the brax extra."""

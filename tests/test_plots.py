@@ -66,6 +66,7 @@ def test_results_table_says_what_is_missing_and_ranks_nothing_without_an_evaluat
     assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | no unit |" in table
 
 
+@pytest.mark.slow
 def test_plot_writes_the_aggregate_outputs_of_a_synthetic_study(tmp_path):
     units = synthetic_study(tmp_path)
     paths = plots.plot(tmp_path, reps=200)
@@ -121,6 +122,7 @@ def test_plot_of_a_directory_without_units_names_it(tmp_path):
         plots.plot(tmp_path)
 
 
+@pytest.mark.slow
 def test_replotting_gives_byte_identical_files(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     synthetic_study(one)
@@ -179,6 +181,7 @@ def drawn_files(study: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.slow
 def test_a_committed_study_replots_to_the_same_bytes(name, tmp_path):
     """`hcjax plot` on a copy of a committed study's units and manifest redraws its figures,
     tables and report byte for byte."""

@@ -137,6 +137,7 @@ def test_quantile_size_matches_ray_tunes_rule():
     assert quantile_size(30, 0.1) == 3 and quantile_size(8, 0.25) == 2 and quantile_size(5, 0.5) == 2
 
 
+@pytest.mark.slow
 def test_select_matches_numpy_reference():
     """Replaced set and donors equal the slow reference, on random objectives with ties and invalid entries."""
     rng = np.random.default_rng(0)
@@ -166,6 +167,7 @@ def test_select_refuses_a_quantile_above_half():
         select(jax.random.key(0), jnp.zeros(7), 4)
 
 
+@pytest.mark.slow
 def test_invalid_agents_are_replaced_and_never_donors():
     rng = np.random.default_rng(1)
     for n in (2, 5, 12, 29):
@@ -230,6 +232,7 @@ def test_exploit_copies_exactly_the_donors_state():
             np.testing.assert_array_equal(b[i], a[parents[i]])
 
 
+@pytest.mark.slow
 def test_exploit_in_place_equals_the_gather():
     """Donated buffers: the same arrays as `exploit`, for selections with and without
     invalid agents, and under vmap over populations."""
@@ -336,6 +339,7 @@ def test_resampling_frequency_and_distribution():
     assert abs(fresh[:, 1].mean() - 0.5) < 5 / math.sqrt(12 * n)
 
 
+@pytest.mark.slow
 def test_pbt_step_keeps_survivors_and_explores_from_donors():
     space = mixed_space()
     pop = hcjax.make_population("pbt", space, resample_probability=0.0)
@@ -363,6 +367,7 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
 # ---------------------------------------------------------------------------------------- PB2
 
 
+@pytest.mark.slow
 def test_pb2_records_interval_changes():
     """Step 2 writes (time 1 = interval index, the configuration in effect, objective - level started from)
     for agents whose objective and starting level are valid; invalid ones take no row."""
@@ -394,6 +399,7 @@ def test_pb2_records_interval_changes():
     assert int(state2.ptr) == ok.sum() and int(state2.t) == 2 and int(state2.n_invalid) == 2
 
 
+@pytest.mark.slow
 def test_pb2_ring_buffer_wraps_and_subsamples():
     """n = 20 agents, buffer 8: each step writes 8 valid observations; the buffer stays full and finite."""
     pop = hcjax.make_population("pb2_population", hcjax.unit_space(1), buffer=8, candidates=8, fit_points=8)
@@ -443,6 +449,7 @@ def test_batch_ucb_equals_explicit_conditioning():
 
 
 @pytest.mark.parametrize("name", METHODS)
+@pytest.mark.slow
 def test_invalid_objectives_never_poison_the_state(name):
     space = mixed_space()
     pop = small(name, space)
@@ -476,6 +483,7 @@ def test_invalid_objectives_never_poison_the_state(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
+@pytest.mark.slow
 def test_vmap_over_populations_equals_separate_runs(name):
     pop = small(name, mixed_space())
     P, n, steps = 3, 8, 3
@@ -552,6 +560,7 @@ SHARDING_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sharded_agent_axis_equals_one_device():
     """4 CPU devices, the agent axis sharded with NamedSharding(P("agent")): parents and
     the exploited state equal one device's exactly, values to float rounding."""
@@ -600,6 +609,7 @@ def synthetic_best(pop, key, n: int = 16, intervals: int = 30, explore: bool = T
 
 
 @pytest.mark.parametrize("name,options", [("pbt", {}), ("pb2_population", SMALL_PB2)])
+@pytest.mark.slow
 def test_population_beats_independent_random_search(name, options):
     """64 seeds (vmapped populations): the best final level of PBT / PB2 exceeds that of
     independent random search (same initial configurations) by > 3 paired standard errors."""
@@ -617,6 +627,7 @@ def test_population_beats_independent_random_search(name, options):
 
 
 @pytest.mark.parametrize("s,beta", [(1, 0.0), (2, 0.5), (3, 0.0)])
+@pytest.mark.slow
 def test_shared_controller_with_one_agent_is_the_tuner(s, beta):
     """n = 1, the agent's key split(key, 1)[0]: the same values as make_tuner("hypercontroller")
     told then asked, through invalid objectives, and the same models."""
@@ -678,6 +689,7 @@ def test_shared_models_pool_every_agents_observations():
     np.testing.assert_array_equal(np.asarray(values), np.asarray(space.grid(d))[np.arange(h), arms])
 
 
+@pytest.mark.slow
 def test_shared_statistics_lower_lgds_regret():
     """16 agents on the same LGDS problems (h = 2, d = 10, 500 steps, 48 problems): the
     shared models' mean regret per agent is lower than independent controllers' by more

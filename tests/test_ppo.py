@@ -79,6 +79,7 @@ def random_batch(key, B, obs_size=5, act=2):
                 target=jax.random.normal(ks[4], (B,)))
 
 
+@pytest.mark.slow
 def test_loss_matches_numpy_reference():
     actor, critic, params = make_nets()
     batch = random_batch(jax.random.PRNGKey(1), 24)
@@ -98,6 +99,7 @@ def test_categorical_log_prob_and_entropy():
     np.testing.assert_allclose(nets.entropy(logits, True), [-(p * np.log(p)).sum()], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_masked_padded_gradient_equals_unpadded():
     actor, critic, params = make_nets()
     batch = random_batch(jax.random.PRNGKey(2), 40)
@@ -303,6 +305,7 @@ def tunable_space():
     return hcjax.Space(hcjax.Hyperparameter(n, lo, hi, integer=n == "batch_size") for n, (lo, hi) in bounds.items())
 
 
+@pytest.mark.slow
 def test_every_tunable_field_reaches_the_computation():
     """One compiled program, vmapped over 1 + len(CHANGED) agents with the same key: agent 0
     runs the config's values, agent k the same except one field. After one iteration every
@@ -438,6 +441,7 @@ def line_env(huge_at: int) -> envs.JaxEnv:
                        max_episode_steps=50)
 
 
+@pytest.mark.slow
 def test_episode_return_is_nan_until_an_episode_ends_and_huge_rewards_are_never_learned_from():
     cfg = ppo.PPOConfig(num_envs=2, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), batch_size=20,
                         tune_every=1)

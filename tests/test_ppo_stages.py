@@ -52,6 +52,7 @@ def loop_rollout(state, obs, running, key, n_steps):
     return state, obs, running, {k: np.stack(v) for k, v in traj.items()}
 
 
+@pytest.mark.slow
 def test_rollout_with_a_traced_n_steps_matches_a_python_loop():
     run = jax.jit(lambda s, o, r, k, n: stages.rollout(toy_act, counter_step, s, o, r, k, n, MAX_STEPS, E))
     state0 = jnp.array([0, 2, 4], jnp.int32)

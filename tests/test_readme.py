@@ -58,6 +58,7 @@ def test_readme_example_runs():
     assert at_best.mean() > 0.7 and np.all(at_best > 0.3), at_best
 
 
+@pytest.mark.slow
 def test_readme_own_loop_example_runs(capsys):
     # 16 agents, each tuning its learning rate inside a jitted, vmapped step of a Python loop.
     namespace = run_block(OWN_LOOP)
@@ -74,6 +75,7 @@ def test_readme_own_loop_example_runs(capsys):
     assert abs(float(capsys.readouterr().out) - best) < 1e-3
 
 
+@pytest.mark.slow
 def test_readme_ppo_example_runs():
     # 4 vmapped PPO agents on CartPole with a HyperController each.
     namespace = run_block(PPO)

@@ -71,6 +71,7 @@ def tree(root: Path) -> set[Path]:
 # ---- class 1: writes outside the study directory -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_units_method_cannot_make_plot_write_outside_the_study(tmp_path, capsys):
     """The issue's reproduction: a unit copied in with meta.method "pbt/../../../x"."""
     study = tmp_path / "a" / "b" / "study"
@@ -287,6 +288,7 @@ BAD_UNITS = {
 
 
 @pytest.mark.parametrize("what", list(BAD_UNITS))
+@pytest.mark.slow
 def test_plot_skips_an_inconsistent_unit_naming_it_and_draws_the_rest(what, tmp_path, capsys):
     out = tmp_path / "study"
     good, bad = two_units(out)
@@ -440,6 +442,7 @@ def test_a_truncated_checkpoint_is_quarantined_and_the_unit_restarts(what, tmp_p
     assert f"{path}: inconsistent checkpoint" in said[0] and str(moved[0]) in said[0] and "starts over" in said[0]
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_of_a_real_run_is_recomputed_in_full(tmp_path, capsys, monkeypatch):
     """The issue's reproduction end to end: a real checkpoint (kept by a run whose clean-up
     is switched off) with its per-iteration arrays cut to 2 of the 4 iterations its `done`

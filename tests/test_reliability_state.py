@@ -189,6 +189,7 @@ def test_a_state_of_another_space_is_refused_naming_the_difference(other, differ
 @pytest.mark.parametrize("name, field, options", [
     ("hyperband", "order", dict(budget=30)), ("hyperband", "slot", dict(budget=30)),
     ("hyperband", "pos", dict(budget=30)), ("gp_ucb", "ptr", dict(buffer=8, candidates=8, fit_points=8))])
+@pytest.mark.slow
 def test_indices_out_of_range_are_refused_naming_the_array(name, field, options):
     """The issue: indices of 10**6 loaded and were clamped by the gathers."""
     tuner, state = saved_state(name, **options)

@@ -187,6 +187,7 @@ def test_unit_names_are_one_safe_component_and_unchanged_for_plain_labels():
 # ---- class 2: population runs shorter than one tuning interval --------------------------------
 
 
+@pytest.mark.slow
 def test_a_population_run_shorter_than_one_tuning_interval_writes_a_valid_unit(tmp_path, capsys):
     out = tmp_path / "out"
     args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
@@ -237,6 +238,7 @@ gym.register("RelStudyFlaky-v0", entry_point=Flaky)
 gym.register("RelStudySteady-v0", entry_point=Steady)
 
 
+@pytest.mark.slow
 def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     out = tmp_path / "out"
     args = ["run", "--preset", "smoke", "--envs", "gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0",
@@ -265,6 +267,7 @@ def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     assert {u.meta["env"] for u in store.units()} == {"gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0"}
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",

@@ -25,6 +25,7 @@ def study(tmp_path_factory):
     return out, {u.meta["method"]: u for u in load_units(out)}
 
 
+@pytest.mark.slow
 def test_replaying_a_fixed_unit_on_its_seeds_gives_the_fixed_unit(study):
     out, units = study
     replayed = experiments.replay(out, "CartPole-v1__fixed", [0, 1])
@@ -32,6 +33,7 @@ def test_replaying_a_fixed_unit_on_its_seeds_gives_the_fixed_unit(study):
         np.testing.assert_array_equal(getattr(replayed, name), getattr(units["fixed"], name), err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_replayed_schedule_is_the_source_units_iteration_by_iteration(study, tmp_path, capsys):
     out, units = study
     source = units["random"].hparams

@@ -114,6 +114,7 @@ def killed_and_resumed(tmp_path_factory):
     return tmp / "ref", result, lines
 
 
+@pytest.mark.slow
 def test_own_environment_killed_mid_unit_resumes_bit_identically(killed_and_resumed):
     ref, result, lines = killed_and_resumed
     assert "resume walk / hypercontroller from its checkpoint after iteration 2" in lines
@@ -226,6 +227,7 @@ def test_the_estimate_counts_frames_and_announces_the_small_default():
     assert estimate.estimate(plan, speed=2.0).seconds == pytest.approx(2 * guess.seconds)
 
 
+@pytest.mark.slow
 def test_the_own_environment_page_runs_to_figures_and_resumes(tmp_path, monkeypatch, capsys):
     """docs/own-environment.md as written (its tiny sizes), in a temporary directory; then
     the same study again: every unit is skipped, nothing is compiled."""

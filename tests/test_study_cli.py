@@ -141,6 +141,7 @@ def test_an_out_that_cannot_be_written_is_a_usage_error(kind, tmp_path, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_another_configuration_into_a_study_is_refused(mini_study, capsys):
     before = (mini_study / R.StudyDir.MANIFEST).read_bytes()
     code, _, err = main(MINI + ["--methods", "fixed", "--seeds", "2", "--out", str(mini_study)], capsys)
@@ -158,6 +159,7 @@ def test_files_get_the_users_umask(mini_study):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
 
 
+@pytest.mark.slow
 def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
     path = R.StudyDir(study).unit_path("CartPole-v1", "fixed")
@@ -195,6 +197,7 @@ def test_plot_refuses_to_mix_study_configurations(tmp_path, capsys):
     assert "A__fixed" in err and "A__random" in err
 
 
+@pytest.mark.slow
 def test_adding_a_method_to_a_study_keeps_both(mini_study, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
     code, _, err = main(MINI + ["--methods", "random", "--out", str(study)], capsys)
@@ -249,6 +252,7 @@ def test_the_cli_filters_known_third_party_warnings_and_the_library_does_not(cap
     assert [str(w.message) for w in seen] == [brax, "something else"]
 
 
+@pytest.mark.slow
 def test_the_cli_filter_outlasts_gymnasiums_own_filter():
     """gymnasium.logger puts a DeprecationWarning filter first when it is imported (lazily, after
     the CLI set its filters): an out-of-date gymnasium id still makes no warning under the CLI."""

@@ -57,6 +57,7 @@ def test_every_preset_round_trips_through_a_study_file(name, capsys):
     assert plan.to_dict() == presets.resolve(name).to_dict()
 
 
+@pytest.mark.slow
 def test_a_study_file_runs_with_its_own_space(tmp_path, capsys):
     path = tmp_path / "tiny.toml"
     path.write_text(STUDY)
@@ -146,6 +147,7 @@ def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
 
 @pytest.mark.parametrize("path", sorted((pathlib.Path(__file__).resolve().parents[1] / "studies").rglob("*.toml")),
                          ids=lambda p: p.name)
+@pytest.mark.slow
 def test_every_committed_study_file_resolves(path):
     plan = presets.resolve(studyfile.load(path))
     check(plan)  # PPO and tuner options, the space, memory: everything but running

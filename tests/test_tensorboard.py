@@ -240,6 +240,7 @@ def test_the_layout_check_refuses_a_link_at_every_depth_under_tensorboard(tmp_pa
         StudyDir(tmp_path).check_layout()
 
 
+@pytest.mark.slow
 def test_a_run_with_a_file_in_the_way_under_tensorboard_warns_before_training_and_finishes(tmp_path, capsys):
     out = tmp_path / "out"
     blocked = out / "tensorboard" / "CartPole-v1__fixed" / "seed_0"
