@@ -1,9 +1,9 @@
 """ppo_cartpole_pbt.py's population on a mesh that spans processes (docs/own-training-loop.md,
 "Across processes"): N processes joined by `jax.distributed`, the agent axis sharded over
 every process's devices, and each PBT interval (objective, population step, exploit, the
-next READY updates) one jitted program, whose gather moves the donors' rows between
-devices and processes. Every process runs this same script; process 0 alone prints and
-writes.
+next READY updates) one jitted program, whose exploit (`hcjax.population.exploit_sharded`)
+moves only the donors' rows between devices and processes. Every process runs this same
+script; process 0 alone prints and writes.
 
     python -m examples.ppo_cartpole_pbt_distributed --coordinator 127.0.0.1:12345 --num-processes 2 --process-id 0
     python -m examples.ppo_cartpole_pbt_distributed --coordinator 127.0.0.1:12345 --num-processes 2 --process-id 1
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hcjax
-from hcjax.population import agent_mesh, agent_sharding, gather_agents, replicate, shard_agents
+from hcjax.population import agent_mesh, agent_sharding, exploit_sharded, gather_agents, replicate, shard_agents
 
 
 def run_pbt_sharded(config, seed, n_agents, mesh):
@@ -46,7 +46,8 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
         objective = jnp.where(jnp.isnan(now), objective, now)  # finite: the last mean return of finished episodes
         pop_key, agents_key = jax.random.split(interval_key)
         pop_state, values, parents = POPULATION.step(pop_state, pop_key, objective)  # ranks all n objectives
-        train_state, env_state, obsv, _ = hcjax.exploit(out["runner_state"], parents)  # a collective gather
+        # the donors' rows only, over the network: hcjax.exploit would all-gather every agent's state
+        train_state, env_state, obsv, _ = exploit_sharded(out["runner_state"], parents, mesh)
         keys = jax.random.split(agents_key, n_agents)  # fresh keys: a copy must not replay its donor
         out = jax.vmap(train)(rngs, SPACE.as_dict(values), (train_state, env_state, obsv, keys))
         out = jax.lax.with_sharding_constraint(out, agents)

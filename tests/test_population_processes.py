@@ -12,7 +12,7 @@ import pytest
 
 from examples import ppo_cartpole_pbt
 from examples import ppo_cartpole_pbt_distributed as dist
-from hcjax.population import agent_mesh, gather_agents, replicate, shard_agents
+from hcjax.population import agent_mesh, exploit_sharded, gather_agents, replicate, shard_agents
 from tests.cli_runs import python
 from tests.test_distributed import free_port
 
@@ -35,6 +35,8 @@ def test_shard_then_gather_gives_back_the_host_values():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match=r"leaf tree\['b'\] has shape \(\)"):
         shard_agents({"a": np.zeros(2), "b": np.float32(0)}, agent_mesh())
+    with pytest.raises(ValueError, match=r"donors must be an integer in \[1, n\] = \[1, 2\]"):
+        exploit_sharded({"a": np.zeros(2)}, np.arange(2), agent_mesh(), donors=3)
     with pytest.raises(ValueError, match="KEY one of LR, NUM_ENVS"):
         dist.config_from(["NUM_ENV=2"], ppo_cartpole_pbt.CONFIG)
     assert dist.config_from(["NUM_ENVS=2", "LR=1e-3"], ppo_cartpole_pbt.CONFIG)["NUM_ENVS"] == 2

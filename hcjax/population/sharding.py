@@ -4,24 +4,33 @@
     keys = hcjax.population.shard_agents(np.asarray(jax.random.split(key, n)), mesh)   # (n, 2)
     key = hcjax.population.replicate(np.asarray(key), mesh)  # the same value on every device
     ...                                                      # jitted steps over these global arrays
+    agents = hcjax.population.exploit_sharded(agents, parents, mesh, donors=m)   # under jax.jit
     host = hcjax.population.gather_agents(tree)              # NumPy, all n agents, on every process
 
 Under `jax.distributed` each process holds only its own devices' rows, and a jitted
 program over the mesh must be given global arrays: `shard_agents` and `replicate` build
 them from a host value that every process computes alike (same seed, same code), each
 process placing only the slices its devices hold (`jax.make_array_from_callback`).
-Inside the jitted program the population step's ranking all-gathers the (n,) objectives
-and `hcjax.exploit`'s gather moves the donors' rows between devices and processes (see
-`hcjax.population.exploit`). `gather_agents` brings a result back whole to every process
+Inside the jitted program the population step's ranking all-gathers the (n,) objectives.
+`hcjax.exploit`'s gather is correct on a sharded agent axis, but XLA partitions it by
+all-gathering every leaf: each device receives all n agents' rows (n x 3.1 MB for PPO on
+HalfCheetah), in memory and over the network. `exploit_sharded` moves only the donors'
+rows: each device contributes the donors it holds to a (donors, ...) buffer summed over
+the "agent" axis (one all-reduce of `donors` rows, bit for bit: the rows are summed as
+unsigned integers of their width, every other device adding zeros), then replaces its
+own replaced rows from that buffer. `gather_agents` brings a result back whole to every process
 (`jax.experimental.multihost_utils.process_allgather`); print or write from process 0
 only. With one process the same calls work on its local devices.
 """
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hcjax.population.exploit import check_parents
 
 
 def agent_mesh(devices=None) -> Mesh:
@@ -65,3 +74,54 @@ def gather_agents(tree):
     """Every leaf of global (or local) arrays -> one NumPy array of its global value, on every
     process (a collective: every process must call it)."""
     return multihost_utils.process_allgather(tree, tiled=True)
+
+
+_UNSIGNED = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def exploit_sharded(tree, parents: jax.Array, mesh: Mesh, donors: int | None = None):
+    """`hcjax.exploit(tree, parents)` for leaves (n, ...) whose agent axis is sharded over
+    `mesh` (`agent_sharding`), moving only the donors' rows (module docstring); the result
+    keeps the agent sharding. Jittable (call it under `jax.jit`, with the tree donated to
+    reuse its buffers).
+
+    `donors` (static): an upper bound on the number of distinct donors, the rows each
+    device receives; default n // 2. Parents from `select` (every `pbt` and
+    `pb2_population` step) have at most m = `quantile_size(n, quantile)` donors, and pass
+    m to move the fewest rows. Parents with more distinct donors than `donors` are out of
+    contract: agents whose donor did not fit keep their own rows. Checks: `check_parents`,
+    and ValueError unless n is a multiple of the mesh's device count.
+    """
+    parents = check_parents("exploit_sharded", tree, parents)
+    n, devices = parents.shape[0], mesh.devices.size
+    if n % devices:
+        raise ValueError(f"exploit_sharded: the n = {n} agents must be a multiple of the mesh's {devices} devices")
+    donors = n // 2 if donors is None else donors
+    if not isinstance(donors, int) or not 1 <= donors <= n:
+        raise ValueError(f"exploit_sharded: donors must be an integer in [1, n] = [1, {n}] (e.g. quantile_size(n, q)), "
+                         f"got {donors!r}")
+    rows = n // devices
+
+    def local(tree, parents):  # this device's rows (rows, ...), all n parents
+        start = jax.lax.axis_index("agent") * rows
+        agents = jnp.arange(n, dtype=jnp.int32)
+        is_donor = jnp.zeros((n,), bool).at[parents].max(parents != agents)
+        donor_ids = jnp.nonzero(is_donor, size=donors, fill_value=n)[0].astype(jnp.int32)  # ascending, n = unused
+        held = (donor_ids >= start) & (donor_ids < start + rows)
+        own_parents = jax.lax.dynamic_slice_in_dim(parents, start, rows)
+        slot = jnp.searchsorted(donor_ids, own_parents).clip(0, donors - 1)
+        take = (own_parents != start + jnp.arange(rows, dtype=jnp.int32)) & (donor_ids[slot] == own_parents)
+
+        def one(x):
+            width = _UNSIGNED[x.dtype.itemsize]
+            bits = jax.lax.bitcast_convert_type(x, width) if x.dtype != jnp.bool_ else x.astype(jnp.uint8)
+            mine = jnp.take(bits, (donor_ids - start).clip(0, rows - 1), axis=0)
+            mine = jnp.where(held.reshape((donors,) + (1,) * (x.ndim - 1)), mine, 0)
+            buffer = jax.lax.psum(mine, "agent")[slot]  # (rows, ...): each replaced row's donor
+            out = jnp.where(take.reshape((rows,) + (1,) * (x.ndim - 1)), buffer, bits)
+            return jax.lax.bitcast_convert_type(out, x.dtype) if x.dtype != jnp.bool_ else out.astype(bool)
+
+        return jax.tree.map(one, tree)
+
+    spec = PartitionSpec("agent")
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)(tree, parents)
