@@ -17,8 +17,9 @@ all-gathering every leaf: each device receives all n agents' rows (n x 3.1 MB fo
 HalfCheetah), in memory and over the network. `exploit_sharded` moves only the donors'
 rows: each device contributes the donors it holds to a (donors, ...) buffer summed over
 the "agent" axis (one all-reduce of `donors` rows, bit for bit: the rows are summed as
-unsigned integers of their width, every other device adding zeros), then replaces its
-own replaced rows from that buffer. `gather_agents` brings a result back whole to every process
+unsigned integers of their width, every other device adding zeros), then copies the
+donor row into each of its replaced rows, row by row, in place when the tree is donated
+(as `exploit_in_place` does). `gather_agents` brings a result back whole to every process
 (`jax.experimental.multihost_utils.process_allgather`); print or write from process 0
 only. With one process the same calls work on its local devices.
 """
@@ -112,16 +113,22 @@ def exploit_sharded(tree, parents: jax.Array, mesh: Mesh, donors: int | None = N
         slot = jnp.searchsorted(donor_ids, own_parents).clip(0, donors - 1)
         take = (own_parents != start + jnp.arange(rows, dtype=jnp.int32)) & (donor_ids[slot] == own_parents)
 
-        def one(x):
-            width = _UNSIGNED[x.dtype.itemsize]
-            bits = jax.lax.bitcast_convert_type(x, width) if x.dtype != jnp.bool_ else x.astype(jnp.uint8)
+        def donor_rows(x):  # (donors, ...): every donor's row, from the device that holds it
+            bits = jax.lax.bitcast_convert_type(x, _UNSIGNED[x.dtype.itemsize]) if x.dtype != jnp.bool_ else x
             mine = jnp.take(bits, (donor_ids - start).clip(0, rows - 1), axis=0)
-            mine = jnp.where(held.reshape((donors,) + (1,) * (x.ndim - 1)), mine, 0)
-            buffer = jax.lax.psum(mine, "agent")[slot]  # (rows, ...): each replaced row's donor
-            out = jnp.where(take.reshape((rows,) + (1,) * (x.ndim - 1)), buffer, bits)
-            return jax.lax.bitcast_convert_type(out, x.dtype) if x.dtype != jnp.bool_ else out.astype(bool)
+            mine = jnp.where(held.reshape((donors,) + (1,) * (x.ndim - 1)), mine, 0).astype(bits.dtype)
+            summed = jax.lax.psum(mine.astype(jnp.uint8) if x.dtype == jnp.bool_ else mine, "agent")
+            return summed.astype(bool) if x.dtype == jnp.bool_ else jax.lax.bitcast_convert_type(summed, x.dtype)
 
-        return jax.tree.map(one, tree)
+        buffers = jax.tree.map(donor_rows, tree)
+        targets = jnp.nonzero(take, size=rows, fill_value=0)[0].astype(jnp.int32)
+
+        def copy_row(k, t):  # one replaced row of every leaf, in place when the tree is donated
+            dst = targets[k]
+            return jax.tree.map(lambda x, b: jax.lax.dynamic_update_index_in_dim(
+                x, jax.lax.dynamic_index_in_dim(b, slot[dst], 0, keepdims=True), dst, 0), t, buffers)
+
+        return jax.lax.fori_loop(0, jnp.sum(take).astype(jnp.int32), copy_row, tree)
 
     spec = PartitionSpec("agent")
     return jax.shard_map(local, mesh=mesh, in_specs=(spec, PartitionSpec()), out_specs=spec)(tree, parents)
