@@ -19,8 +19,8 @@ process's devices (`hcjax.population.agent_mesh`). Timed per call, compiled, for
 
 Rounds are interleaved: each round starts the one-process run and the two-process run
 (the order alternating), each a fresh set of processes that times every n `--repeats`
-times after two warm-up calls. Reported per n and layout: the median of the round
-medians and their range (ms), and ms per replaced agent, beside Ray Tune's measured cost
+times after two warm-up calls. Reported per n and layout: the median and range (ms) of
+every timed call of every round, and ms per replaced agent, beside Ray Tune's measured cost
 of one PBT perturbation (1.1 s, docs/benchmarks.md "Population steps"; not rerun here).
 The load (`os.getloadavg`) is recorded before and after. Prints a table and writes JSON
 atomically.
@@ -146,18 +146,16 @@ def run_layout(processes: int, devices: int, args, out: Path, timeout: float) ->
 
 
 def summarise(rounds: list[dict]) -> list[dict]:
-    """Per n and layout: the median and range of the round medians (ms)."""
+    """Per n and layout: the median and range (ms) of every timed call of every round."""
     table = []
     for i, n in enumerate(rounds[0][next(iter(LAYOUTS))]["rows"]):
         row = {"agents": n["agents"], "state_MB": n["state_MB"], "replaced": n["replaced"]}
         for layout in LAYOUTS:
             for timed in ("step+exploit_sharded", "step+gather"):
-                medians = [statistics.median(r[layout]["rows"][i][timed]) * 1e3 for r in rounds
-                           if timed in r[layout]["rows"][i]]
-                if medians:
-                    key = f"{layout}: {timed}"
-                    row[key + " ms"] = statistics.median(medians)
-                    row[key + " range"] = f"{min(medians):.0f}-{max(medians):.0f}"
+                calls = [t * 1e3 for r in rounds for t in r[layout]["rows"][i].get(timed, [])]
+                if calls:
+                    row[f"{layout}: {timed} ms"] = statistics.median(calls)
+                    row[f"{layout}: {timed} range"] = f"{min(calls):.0f}-{max(calls):.0f}"
             row[f"{layout}: ms per replaced agent"] = row[f"{layout}: step+exploit_sharded ms"] / n["replaced"]
         row["Ray Tune ms per perturbation"] = RAY_PERTURBATION_S * 1e3
         table.append(row)
