@@ -3,18 +3,15 @@ examples/ppo_cartpole_pbt_distributed.py as two jax.distributed processes of two
 devices each (gloo) against one process of four devices."""
 from __future__ import annotations
 
-import os
-import signal
-
 import jax
 import numpy as np
 import pytest
 
 from examples import ppo_cartpole_pbt
 from examples import ppo_cartpole_pbt_distributed as dist
+from experiments.benchmarks.bench_population_distributed import communicate_all, free_port
 from hcjax.population import agent_mesh, exploit_sharded, gather_agents, replicate, shard_agents
 from tests.cli_runs import python
-from tests.test_distributed import free_port
 
 # 6 updates of 2 envs x 16 steps, PBT every 2: three intervals, two exploits
 TINY = ["NUM_ENVS=2", "NUM_STEPS=16", "TOTAL_TIMESTEPS=192", "UPDATE_EPOCHS=1", "NUM_MINIBATCHES=2", "READY=2"]
@@ -55,13 +52,7 @@ def runs(tmp_path_factory):
                              "--out", tmp / f"two_{i}.npz"], devices=2, start_new_session=True) for i in (0, 1)]
     alone = python(script + ["--out", tmp / "one.npz"], devices=4, start_new_session=True)
     procs = pair + [alone]
-    try:
-        logs = [p.communicate(timeout=400)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
+    logs = communicate_all(procs, timeout=400)
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log
     return tmp, logs

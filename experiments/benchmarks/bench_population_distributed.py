@@ -1,8 +1,8 @@
 """One population step with exploit over a sharded agent axis: one process of 2 devices
 against 2 processes of 1 device each (jax.distributed, gloo on the CPU).
 
-    python -m experiments.benchmarks.bench_population_distributed [--agents 64 256 1024] [--rounds 3]
-        [--repeats 5] [--gather-max 256] [--out FILE]
+    python -m experiments.benchmarks.bench_population_distributed [--quick] [--agents 64 256 1024]
+        [--rounds 3] [--repeats 5] [--gather-max 256] [--out FILE]
 
 The agents are bench_population's HalfCheetah-sized PPO agents (3.1 MB each: params,
 Adam's state, observation statistics), their agent axis sharded over the mesh of every
@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -46,29 +45,13 @@ LAYOUTS = {"1 process x 2 devices": (1, 2), "2 processes x 1 device": (2, 1)}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def time_calls(fn, args_fn, repeats: int, warmup: int = 2) -> list[float]:
-    """Seconds of each of `repeats` calls fn(*args_fn(previous output)), after `warmup` calls."""
-    import jax
-
-    times, out = [], None
-    for r in range(warmup + repeats):
-        args = args_fn(out)
-        out = None  # the previous output is not held during the call
-        jax.block_until_ready(args)
-        t0 = time.perf_counter()
-        out = fn(*args)
-        jax.block_until_ready(out)
-        if r >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
-
-
 def time_agents(n: int, repeats: int, gather_max: int, mesh) -> dict:
     """Seconds of each timed call for n agents on this process's share of `mesh`."""
     import jax
 
     import hcjax
     from experiments.benchmarks.bench_population import agent_state, nbytes
+    from experiments.benchmarks.timing import time_calls
     from hcjax.population import agent_sharding, exploit_sharded, quantile_size, replicate, shard_agents
 
     sharded, pbt, m = agent_sharding(mesh), hcjax.make_population("pbt", hcjax.ppo_space()), quantile_size(n, 0.25)
@@ -133,16 +116,26 @@ def run_layout(processes: int, devices: int, args, out: Path, timeout: float) ->
                      str(i)] if processes > 1 else []
             procs.append(subprocess.Popen(base + extra, cwd=ROOT, env=env, start_new_session=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        logs = communicate_all(procs, timeout)
+    for p, log in zip(procs, logs):
+        if p.returncode != 0:
+            raise RuntimeError(f"a worker exited with status {p.returncode}:\n{log[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """The output of every process (each started with start_new_session=True and its output
+    piped), waiting at most `timeout` seconds for each; if one is still running after that,
+    or anything fails, every process still running is killed with its whole session before
+    this returns or raises. Nothing outlives the call."""
+    try:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
-    for p, log in zip(procs, logs):
-        if p.returncode != 0:
-            raise RuntimeError(f"a worker exited with status {p.returncode}:\n{log[-3000:]}")
-    return json.loads(out.read_text())
 
 
 def summarise(rounds: list[dict]) -> list[dict]:
@@ -164,7 +157,8 @@ def summarise(rounds: list[dict]) -> list[dict]:
 
 def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--quick", action="store_true", help="64 and 256 agents, one round of 3 calls")
+    parser.add_argument("--agents", type=int, nargs="+", default=None, help="default 64 256 1024")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gather-max", type=int, default=256, help="time hcjax.exploit's gather up to this n")
@@ -175,6 +169,9 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--num-processes", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.repeats = 1, 3
+    args.agents = args.agents or ([64, 256] if args.quick else [64, 256, 1024])
     if any(n % 2 for n in args.agents):
         parser.error(f"--agents must be even (sharded over 2 devices), got {args.agents}")
     if args.worker:
