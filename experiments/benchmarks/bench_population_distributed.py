@@ -38,7 +38,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jax
 import numpy as np
+
+import hcjax
+from experiments import deps
+from experiments.benchmarks.bench_population import agent_state, nbytes
+from experiments.benchmarks.timing import print_table, time_calls, write_json_atomic
+from hcjax.population import agent_mesh, agent_sharding, exploit_sharded, quantile_size, replicate, shard_agents
 
 RAY_PERTURBATION_S = 1.1  # docs/benchmarks.md "Population steps": Ray Tune 2.60, 4 trials, this machine
 LAYOUTS = {"1 process x 2 devices": (1, 2), "2 processes x 1 device": (2, 1)}
@@ -47,13 +54,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def time_agents(n: int, repeats: int, gather_max: int, mesh) -> dict:
     """Seconds of each timed call for n agents on this process's share of `mesh`."""
-    import jax
-
-    import hcjax
-    from experiments.benchmarks.bench_population import agent_state, nbytes
-    from experiments.benchmarks.timing import time_calls
-    from hcjax.population import agent_sharding, exploit_sharded, quantile_size, replicate, shard_agents
-
     sharded, pbt, m = agent_sharding(mesh), hcjax.make_population("pbt", hcjax.ppo_space()), quantile_size(n, 0.25)
     keys = shard_agents(np.asarray(jax.random.split(jax.random.PRNGKey(0), n)), mesh)
     make_states = jax.jit(jax.vmap(agent_state), out_shardings=sharded)
@@ -87,10 +87,6 @@ def time_agents(n: int, repeats: int, gather_max: int, mesh) -> dict:
 
 def worker(agents: list[int], repeats: int, gather_max: int) -> dict:
     """Time every n on this process's share of the mesh (after jax.distributed, if any)."""
-    import jax
-
-    from hcjax.population import agent_mesh
-
     rows = [time_agents(n, repeats, gather_max, agent_mesh()) for n in agents]
     return {"rows": rows, "process_count": jax.process_count(), "device_count": jax.device_count()}
 
@@ -175,21 +171,14 @@ def main(argv=None) -> dict | None:
     if any(n % 2 for n in args.agents):
         parser.error(f"--agents must be even (sharded over 2 devices), got {args.agents}")
     if args.worker:
-        import jax
-
         if args.num_processes:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(args.coordinator, num_processes=args.num_processes,
                                        process_id=args.process_id)
         result = worker(args.agents, args.repeats, args.gather_max)
         if jax.process_index() == 0:
-            from experiments.benchmarks.timing import write_json_atomic
-
             write_json_atomic(args.worker, result)
         return None
-
-    from experiments import deps
-    from experiments.benchmarks.timing import print_table, write_json_atomic
 
     load_before, rounds = os.getloadavg(), []
     with tempfile.TemporaryDirectory() as tmp:
