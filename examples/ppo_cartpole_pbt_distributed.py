@@ -76,9 +76,10 @@ def summary(out, history) -> dict:
                                                              info["returned_episode"])
     host = gather_agents({"returns": returns, "params": jax.tree.leaves(out["runner_state"][0].params),
                           "history": history})
+    n, later = host["returns"].shape[0], host["history"][1:]  # no exploit in a one-interval run
     result = {"returns": host["returns"], "values": np.stack([h["values"] for h in host["history"]]),
-              "parents": np.stack([h["parents"] for h in host["history"][1:]]),
-              "objective": np.stack([h["objective"] for h in host["history"][1:]])}
+              "parents": np.asarray([h["parents"] for h in later], np.int32).reshape(-1, n),
+              "objective": np.asarray([h["objective"] for h in later], np.float32).reshape(-1, n)}
     result.update({f"params_{i}": leaf for i, leaf in enumerate(host["params"])})
     return result
 
