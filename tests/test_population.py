@@ -540,11 +540,14 @@ SHARDING_SCRIPT = textwrap.dedent("""
 
         one, four = (state, agents), shard((state, agents))
         f = jax.jit(step)
+        moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
+            agents, parents, mesh, hcjax.population.quantile_size(n, 0.25)))  # a program of its own
         outs = []
         for i, obj in enumerate(objs):
             key = jax.random.key(10 + i)
             s1, v1, p1, a1, b1 = f(*one, key, obj)
             s4, v4, p4, a4, b4 = f(*four, key, jax.device_put(obj, agent))
+            c4 = moved(four[1], p4)
             one, four = (s1, a1), (s4, a4)
             outs.append({"parents_equal": bool(np.array_equal(p1, p4)),
                          "values_diff": float(np.max(np.abs(np.asarray(v1) - np.asarray(v4)) / (1 + np.abs(v1)))),
@@ -552,6 +555,9 @@ SHARDING_SCRIPT = textwrap.dedent("""
                                                                                     jax.tree.leaves(a4))),
                          "in_place_equal": all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a1),
                                                                                       jax.tree.leaves(b4))),
+                         "exploit_sharded_equal": all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a1),
+                                                                                             jax.tree.leaves(c4)))
+                                                  and tuple(c4["w"].sharding.spec)[:1] == ("agent",),
                          "sharded": tuple(a4["w"].sharding.spec)[:1] == ("agent",)
                                     and len(a4["w"].sharding.device_set) == 4,
                          "replaced": int(np.sum(np.asarray(p1) != np.arange(n)))})
@@ -563,7 +569,8 @@ SHARDING_SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_sharded_agent_axis_equals_one_device():
     """4 CPU devices, the agent axis sharded with NamedSharding(P("agent")): parents and
-    the exploited state equal one device's exactly, values to float rounding."""
+    the exploited state (`exploit`, `exploit_in_place`, and `exploit_sharded`, which keeps
+    the agent sharding) equal one device's exactly, values to float rounding."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -573,6 +580,7 @@ def test_sharded_agent_axis_equals_one_device():
     for name, steps in report.items():
         for s in steps:
             assert s["parents_equal"] and s["agents_equal"] and s["in_place_equal"], (name, s)
+            assert s["exploit_sharded_equal"], (name, s)  # only the donors' rows moved, the same result
             # The exploited state stays sharded over the 4 devices (hypercontroller_shared's parents
             # are the constant identity, whose gather XLA may replicate: nothing is exploited there).
             assert s["sharded"] or name == "hypercontroller_shared", (name, s)

@@ -5,6 +5,7 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_controller  HyperController decisions: vmapped batches, 1000 in one scan
     experiments.benchmarks.bench_tuners      decision cost of every tuner vs batch and buffer size, HostTuner
     experiments.benchmarks.bench_population  one population step + exploit for 64-1024 PPO agents, Ray Tune PBT
+    experiments.benchmarks.bench_population_distributed  the same over a sharded agent axis, 1 vs 2 processes
     experiments.benchmarks.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
     experiments.benchmarks.bench_own_loop    the own-training-loop example, tuned / untuned wall time (4 seeds)
 
@@ -28,7 +29,8 @@ from experiments import deps
 from experiments.study import provenance
 from experiments.study import store as R
 
-SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_ppo", "bench_own_loop")  # quickest first
+SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_population_distributed", "bench_ppo",
+           "bench_own_loop")  # quickest first
 
 
 class _Tee(io.StringIO):

@@ -50,7 +50,7 @@ import hcjax
 from agents import networks as nets
 from agents.wrappers import init_obs_stats
 from experiments import deps
-from experiments.benchmarks.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import print_table, time_calls, write_json_atomic
 from hcjax.population import exploit_in_place
 
 OBS, ACT, HIDDEN = 17, 6, (256, 256, 256)
@@ -80,18 +80,8 @@ def nbytes(tree) -> int:
 
 
 def timed(fn, args_fn, repeats: int, warmup: int = 2) -> float:
-    """Median seconds of fn(*args_fn()) (fresh args each call: donated buffers)."""
-    times = []
-    out = None
-    for r in range(warmup + repeats):
-        args = args_fn(out)
-        jax.block_until_ready(args)
-        t0 = time.perf_counter()
-        out = fn(*args)
-        jax.block_until_ready(out)
-        if r >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median seconds of fn(*args_fn(previous output)) (`timing.time_calls`)."""
+    return statistics.median(time_calls(fn, args_fn, repeats, warmup))
 
 
 def bench_agents(n: int, repeats: int) -> dict:

@@ -24,6 +24,23 @@ def median_seconds(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 20)
     return statistics.median(times)
 
 
+def time_calls(fn: Callable[..., Any], args_fn: Callable[[Any], tuple], repeats: int, warmup: int = 2) -> list[float]:
+    """Seconds of each of `repeats` calls fn(*args_fn(previous output or None)), after
+    `warmup` calls; the arguments are fresh each call (donated buffers), and the previous
+    output is released before the call."""
+    times, out = [], None
+    for r in range(warmup + repeats):
+        args = args_fn(out)
+        out = None
+        jax.block_until_ready(args)
+        start = time.perf_counter()
+        out = fn(*args)
+        jax.block_until_ready(out)
+        if r >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
 def write_json_atomic(path: str, payload: Any) -> None:
     """Write `payload` as JSON to `path` atomically (see `experiments.study.store.atomic_write_bytes`)."""
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))

@@ -8,14 +8,23 @@
     agents = hcjax.population.exploit_in_place(agents, parents)
 
 Modules: `base` (the Population interface and registry), `exploit` (the selection rule
-and the gather), `pbt`, `pb2` (`pb2_population`), `shared` (`hypercontroller_shared`: ridge models
-learned from every agent's observations, no exploit). Importing this package registers the
-methods.
+and the gather), `sharding` (the agent axis over every process's devices: `agent_mesh`,
+`shard_agents`, `replicate`, `exploit_sharded`, `gather_agents`), `pbt`, `pb2` (`pb2_population`), `shared`
+(`hypercontroller_shared`: ridge models learned from every agent's observations, no exploit).
+Importing this package registers the methods.
 """
 from hcjax.population import pb2, pbt, shared  # noqa: F401  (registers the methods)
 from hcjax.population.base import Population, make_population, population_options, populations
 from hcjax.population.exploit import exploit, exploit_in_place, quantile_size, select
+from hcjax.population.sharding import (
+    agent_mesh,
+    agent_sharding,
+    exploit_sharded,
+    gather_agents,
+    replicate,
+    shard_agents,
+)
 
-__all__ = ["Population", "exploit", "exploit_in_place", "make_population", "population_options", "populations",
-           "quantile_size",
-           "select"]
+__all__ = ["Population", "agent_mesh", "agent_sharding", "exploit", "exploit_in_place", "exploit_sharded",
+           "gather_agents", "make_population", "population_options", "populations", "quantile_size", "replicate",
+           "select", "shard_agents"]
