@@ -49,6 +49,7 @@ def test_a_replayed_schedule_is_the_source_units_iteration_by_iteration(study, t
     assert set(frames.iterations["method"]) == {"replay_random"}
 
 
+@pytest.mark.slow
 def test_unknown_units_and_bad_seeds_are_refused(study, tmp_path, capsys):
     out, _ = study
     assert cli.main(["replay", str(out), "--unit", "CartPole-v1__pbt", "--seeds", "1", "--out",

@@ -124,6 +124,7 @@ def test_own_environment_killed_mid_unit_resumes_bit_identically(killed_and_resu
     assert not R.StudyDir(result.directory).checkpoint_path("walk", "hypercontroller").exists()
 
 
+@pytest.mark.slow
 def test_the_result_names_units_figures_and_the_manifest(killed_and_resumed):
     _, result, lines = killed_and_resumed
     assert result.units == [("walk", "hypercontroller")]
@@ -135,6 +136,7 @@ def test_the_result_names_units_figures_and_the_manifest(killed_and_resumed):
     assert result.estimate.frames == 2 * 10 * 32 and any(line.startswith("estimate: 640 frames") for line in lines)
 
 
+@pytest.mark.slow
 def test_a_changed_own_environment_is_refused_on_resume(killed_and_resumed, tmp_path):
     _, result, _ = killed_and_resumed
     copy = tmp_path / "copy"

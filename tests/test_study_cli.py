@@ -152,6 +152,7 @@ def test_another_configuration_into_a_study_is_refused(mini_study, capsys):
     assert (mini_study / R.StudyDir.MANIFEST).read_bytes() == before  # nothing rewritten
 
 
+@pytest.mark.slow
 def test_files_get_the_users_umask(mini_study):
     mask = os.umask(0)
     os.umask(mask)
@@ -175,6 +176,7 @@ def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, tmp
     assert R.load_unit(path).train_reward.shape == (1, 2)
 
 
+@pytest.mark.slow
 def test_a_corrupt_manifest_is_named_with_the_fix(mini_study, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
     manifest = study / R.StudyDir.MANIFEST
