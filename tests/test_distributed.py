@@ -24,6 +24,7 @@ import pytest
 
 from experiments.study import store as R
 from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint
+from tests.test_readme import DISTRIBUTED_STUDY, python_block
 
 # end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
 pytestmark = pytest.mark.slow
@@ -31,18 +32,21 @@ pytestmark = pytest.mark.slow
 STUDY = cartpole_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2)
 METHODS = ("hypercontroller", "pbt")
 LINEAGE = ("lineage_iteration", "lineage_parent", "lineage_objective")
-# process PROCESS of two, through the Python API: the user's own jax.distributed.initialize (collectives over
-# gloo on the CPU, set before the backend starts), then the same Study.run in every process
-API_RUN = """
-import json, sys
-import jax
-study, out, port, process = sys.argv[1:]
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=int(process))
-from experiments import Study
-result = Study.from_file(study).run(out, progress=False, plot=False)
-print("units written:", json.dumps(result.units))
-"""
+# process PROCESS of two, through the Python API: docs/studies.md's example as written (the user's own
+# jax.distributed.initialize, collectives over gloo on the CPU, then the same Study.run in every process),
+# with this test's address, process id, study file and output directory put in
+
+
+def api_run() -> str:
+    script = python_block(DISTRIBUTED_STUDY)
+    for old, new in [('"host0:12345"', 'f"127.0.0.1:{port}"'), ("process_id=PROCESS_ID", "process_id=int(process)"),
+                     ('Study.from_file("study.toml").run("/shared/study")',
+                      "Study.from_file(study).run(out, progress=False, plot=False)")]:
+        assert old in script, f"docs/studies.md's example no longer has {old}"
+        script = script.replace(old, new)
+    return ("import json, sys\nstudy, out, port, process = sys.argv[1:]\n" + script +
+            'print("units written:", json.dumps(result.units))\n')
+
 
 
 def free_port() -> int:
@@ -73,7 +77,7 @@ def runs(tmp_path_factory):
     study = tmp / "study.toml"
     study.write_text(STUDY)
     port = free_port()
-    pair = [python(["-c", API_RUN, study, tmp / "two", port, i], devices=2, start_new_session=True) for i in (0, 1)]
+    pair = [python(["-c", api_run(), study, tmp / "two", port, i], devices=2, start_new_session=True) for i in (0, 1)]
     alone = start(study, tmp / "one")
     logs = [finish(p, 400) for p in pair]
     finish(alone, 400)

@@ -20,8 +20,9 @@ OWN_LOOP_PPO = "class ActorCritic(nn.Module)"  # docs/own-training-loop.md, run 
 CATEGORICAL = 'Hyperparameter.choice("optimizer"'  # docs/tuners.md
 LR_SCHEDULE = "optax.linear_schedule("  # docs/own-training-loop.md, run by tests/test_own_loop_checks.py
 OWN_STUDY = "class Thermostat"  # docs/own-environment.md, run by tests/test_study_api.py
+DISTRIBUTED_STUDY = 'jax.distributed.initialize("host0:12345"'  # docs/studies.md, run by tests/test_distributed.py
 MARKERS = (EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL,
-           LR_SCHEDULE, OWN_STUDY)
+           LR_SCHEDULE, OWN_STUDY, DISTRIBUTED_STUDY)
 
 
 def python_blocks() -> list[tuple[str, str]]:
