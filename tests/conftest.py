@@ -18,7 +18,8 @@ Writing a test (almost all of the suite's time is XLA compilation):
   `optimized()`); a test must not depend on how XLA rounds (compare across programs with a
   float32 tolerance, not bit for bit).
 - Mark a test `@pytest.mark.slow` when it costs over about 2 s of CPU (the profile below says),
-  and every test sharing its costly fixture; `-m "not slow"` is the quick tier for development. Every test still runs in the full suite.
+  and every test sharing its costly fixture; `-m "not slow"` is the quick tier for development.
+  Every test still runs in the full suite.
 - The session's compilation cache is a temporary directory, removed at the end; set
   HCJAX_TEST_JAX_CACHE=DIR to keep one between runs (entries are keyed by the program, so a
   stale entry is never used for a changed program).
