@@ -15,13 +15,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiments.benchmarks.bench_population_distributed import free_port
 from experiments.study import store as R
 from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint
 from tests.test_readme import DISTRIBUTED_STUDY, python_block
@@ -47,12 +47,6 @@ def api_run() -> str:
     return ("import json, sys\nstudy, out, port, process = sys.argv[1:]\n" + script +
             'print("units written:", json.dumps(result.units))\n')
 
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(study: Path, out: Path, process: int | None = None, port: int | None = None) -> subprocess.Popen:

@@ -1,4 +1,5 @@
-"""The devices of a study: one 1-D mesh named "agent" over every device, the agent axis
+"""The devices of a study: one 1-D mesh named "agent" over every device
+(`hcjax.population.agent_mesh`), the agent axis
 padded to a multiple of the device count, one PRNG key per seed, and arrays back to the host.
 
 Every array of a unit's learner state is sharded with `NamedSharding(mesh, P("agent"))`, so
@@ -13,12 +14,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh
-
-
-def agent_mesh():
-    """1-D Mesh named "agent" over every device (all processes' under jax.distributed)."""
-    return Mesh(np.asarray(jax.devices()), ("agent",))
 
 
 def padded_count(n_seeds: int, n_devices: int) -> int:

@@ -25,7 +25,7 @@ from agents.ppo import PPOConfig, make_learner
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.checkpoints import Checkpoint
-from experiments.study.devices import agent_mesh, padded_count
+from experiments.study.devices import padded_count
 from experiments.study.loops import run_host_unit, run_jax_unit
 from experiments.study.methods import is_population
 from experiments.study.plan import (
@@ -42,6 +42,7 @@ from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
 from experiments.study.tensorboard import UnitGroupScalars
+from hcjax.population.sharding import agent_mesh
 from hcjax.tuners.stacked import stack
 
 

@@ -21,8 +21,9 @@ from agents import driver
 from agents.population import PopulationLoop
 from agents.ppo.learner import eval_key
 from experiments.study.checkpoints import Checkpoint, Record
-from experiments.study.devices import agent_mesh, host_seed_keys, seed_keys, to_host
+from experiments.study.devices import host_seed_keys, seed_keys, to_host
 from experiments.study.plan import segments
+from hcjax.population.sharding import agent_mesh
 from hcjax.tuners.stacked import select
 
 
