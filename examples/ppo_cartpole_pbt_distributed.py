@@ -38,7 +38,7 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
     def first(rngs, pop_key):
         pop_state, values = POPULATION.init(pop_key, n_agents)  # values: (n_agents, h)
         out = jax.vmap(lambda r, hp: train(r, hp))(rngs, SPACE.as_dict(values))
-        return pop_state, jax.lax.with_sharding_constraint(out, agents), {"values": values}
+        return pop_state, jax.lax.with_sharding_constraint(strong(out), agents), {"values": values}
 
     def later(pop_state, objective, out, rngs, interval_key):
         info = out["metrics"]  # leaves (n_agents, READY, steps, envs)
@@ -50,7 +50,7 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
         train_state, env_state, obsv, _ = exploit_sharded(out["runner_state"], parents, mesh)
         keys = jax.random.split(agents_key, n_agents)  # fresh keys: a copy must not replay its donor
         out = jax.vmap(train)(rngs, SPACE.as_dict(values), (train_state, env_state, obsv, keys))
-        out = jax.lax.with_sharding_constraint(out, agents)
+        out = jax.lax.with_sharding_constraint(strong(out), agents)
         return pop_state, objective, out, {"values": values, "parents": parents, "objective": objective}
 
     rng = jax.random.PRNGKey(seed)
@@ -64,6 +64,13 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
         pop_state, objective, out, record = later(pop_state, objective, out, rngs, interval_key)
         history.append(record)
     return out, history
+
+
+def strong(tree):
+    """`tree` without weak types: a fresh state's step counters are weakly typed and later's
+    metrics are, so the input types of `later` would differ from call to call and it would
+    compile again; with strong types it compiles once."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
 
 
 def summary(out, history) -> dict:

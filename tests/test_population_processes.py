@@ -48,9 +48,11 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pbt_processes")
     script = ["-m", "examples.ppo_cartpole_pbt_distributed", *(a for s in TINY for a in ("--set", s))]
     port = free_port()
-    pair = [python(script + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", 2, "--process-id", i,
-                             "--out", tmp / f"two_{i}.npz"], devices=2, start_new_session=True) for i in (0, 1)]
-    alone = python(script + ["--out", tmp / "one.npz"], devices=4, start_new_session=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("JAX_LOG_COMPILES", "1")  # each process logs its compilations (test_each_program_compiles_once)
+        pair = [python(script + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", 2, "--process-id", i,
+                                 "--out", tmp / f"two_{i}.npz"], devices=2, start_new_session=True) for i in (0, 1)]
+        alone = python(script + ["--out", tmp / "one.npz"], devices=4, start_new_session=True)
     procs = pair + [alone]
     logs = communicate_all(procs, timeout=400)
     for p, log in zip(procs, logs):
@@ -61,7 +63,7 @@ def runs(tmp_path_factory):
 @pytest.mark.slow
 def test_two_processes_equal_one(runs):
     """Returns, parameters, hyperparameter values, objectives and lineage of 2 x 2 devices equal
-    1 x 4 bit for bit (each device holds the same 2 agents in both; gathers and all-gathers
+    1 x 4 bit for bit (each device holds the same agent in both; gathers and all-gathers
     copy exactly), and the exploits did replace agents."""
     tmp, _ = runs
     with np.load(tmp / "two_0.npz") as two, np.load(tmp / "one.npz") as one:
@@ -79,3 +81,14 @@ def test_only_process_zero_prints_and_writes(runs):
     assert "2 process(es), 4 devices, 4 agents" in log0 and "mean return" in log0
     assert "mean return" not in log1
     assert not (tmp / "two_1.npz").exists()
+
+
+@pytest.mark.slow
+def test_each_program_compiles_once(runs):
+    """The first interval's program and the later intervals' one compile once in every process:
+    `later` takes what `first` returns and what it returns itself (a weak type in either would
+    compile it again)."""
+    _, logs = runs
+    for log in logs:
+        for program in ("first", "later"):
+            assert log.count(f"Finished XLA compilation of jit({program})") == 1, program
