@@ -5,15 +5,17 @@ donors moved by the compiled step. The numbers and the lineage equal one process
 process 0 alone writes, the Python Study API works as `hcjax run --distributed` does, and
 killing one process mid population unit then restarting both resumes from the checkpoint.
 
-One study serves every test and three process pairs run it: the reference pair (the Study
-API), the pair killed mid population unit and the restarted pair (both `hcjax run
---distributed`, on a copy of the reference pair's directory without its pbt unit: the
-compilations of the reference pair's process 0 are in the test session's cache)."""
+One study serves every test, run by one process (`hcjax run`) and by two process pairs
+in turn on one directory: the first pair (`hcjax run --distributed`) finishes the tuner
+unit and is killed mid population unit; the second (docs/studies.md's Study API example)
+resumes it to the end. Its units must equal the one process's: the tuner unit ran
+uninterrupted on two processes, the population unit was resumed on two processes (the
+second pair loads the first one's compilations from the test session's cache).
+"""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -21,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.benchmarks.bench_population_distributed import free_port
+from experiments.benchmarks.bench_population_distributed import communicate_all, free_port
 from experiments.study import store as R
-from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint
+from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint, wait_for_file
 from tests.test_readme import DISTRIBUTED_STUDY, python_block
 
 # end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
@@ -45,8 +47,7 @@ def api_run() -> str:
         assert old in script, f"docs/studies.md's example no longer has {old}"
         script = script.replace(old, new)
     return ("import json, sys\nstudy, out, port, process = sys.argv[1:]\n" + script +
-            'print("units written:", json.dumps(result.units))\n')
-
+            'print("units written:", json.dumps(result.units))\nprint(result.summary)\n')
 
 
 def start(study: Path, out: Path, process: int | None = None, port: int | None = None) -> subprocess.Popen:
@@ -59,23 +60,52 @@ def start(study: Path, out: Path, process: int | None = None, port: int | None =
     return hcjax(args, devices=2, start_new_session=True)
 
 
-def start_pair(study: Path, out: Path) -> list[subprocess.Popen]:
-    port = free_port()
-    return [start(study, out, i, port) for i in (0, 1)]
+def kill_mid_population_unit(pair: list[subprocess.Popen], store: R.StudyDir) -> dict:
+    """Kill process 1 of `pair` once the pbt unit's checkpoint holds iteration 4 (after its
+    population step there), stop process 0 (it fails or waits for its peer); -> what the
+    directory holds then: whether the checkpoint and the unit exist, the checkpoint's lineage
+    iterations."""
+    wait_for_file(pair[0], store.unit_path("CartPole-v1", "hypercontroller"), 400)  # the tuner unit first
+    ckpt = store.checkpoint_path("CartPole-v1", "pbt")
+    wait_for_checkpoint(pair, ckpt, 4)
+    os.killpg(pair[1].pid, signal.SIGKILL)
+    try:
+        pair[0].communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(pair[0].pid, signal.SIGKILL)
+        pair[0].communicate()
+    pair[1].communicate()
+    after = {"checkpoint": ckpt.exists(), "unit": store.unit_path("CartPole-v1", "pbt").exists()}
+    with np.load(ckpt) as z:
+        return after | {"lineage": z["record/lineage_iteration"].tolist()}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One process (`hcjax run`), and two processes (the Study API), on the same study."""
+    """One process (`hcjax run`); on one directory, a pair (`hcjax run --distributed`) killed
+    mid population unit, then a pair of the Study API resuming it. -> (tmp, the second pair's
+    logs, what the directory held after the kill)."""
     tmp = tmp_path_factory.mktemp("dist")
     study = tmp / "study.toml"
     study.write_text(STUDY)
-    port = free_port()
-    pair = [python(["-c", api_run(), study, tmp / "two", port, i], devices=2, start_new_session=True) for i in (0, 1)]
     alone = start(study, tmp / "one")
-    logs = [finish(p, 400) for p in pair]
-    finish(alone, 400)
-    return tmp, study, logs
+    port = free_port()
+    killed = [start(study, tmp / "two", i, port) for i in (0, 1)]
+    try:
+        after_kill = kill_mid_population_unit(killed, R.StudyDir(tmp / "two"))
+        port = free_port()
+        pair = [python(["-c", api_run(), study, tmp / "two", port, i], devices=2, start_new_session=True)
+                for i in (0, 1)]
+        logs = communicate_all(pair, timeout=400)
+        for p, log in zip(pair, logs):
+            assert p.returncode == 0, log
+        finish(alone, 400)
+    finally:  # nothing outlives a failure
+        for p in [alone, *killed]:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+    return tmp, logs, after_kill
 
 
 def units(path: Path) -> dict[str, R.UnitResult]:
@@ -105,38 +135,23 @@ def test_two_processes_give_the_numbers_and_lineage_of_one(runs):
 
 
 def test_only_process_zero_writes(runs):
-    tmp, _, (log0, log1) = runs
+    tmp, logs, _ = runs
     store = R.StudyDir(tmp / "two")
     manifest = json.loads(store.manifest_path.read_text())
-    assert len(manifest["runs"]) == 1 and manifest["devices"]["process_count"] == 2
+    assert len(manifest["runs"]) == 2 and manifest["devices"]["process_count"] == 2  # one per pair
     for method in METHODS:
         assert store.log_path.read_text().count(f"done CartPole-v1 / {method}") == 1
     assert sorted(p.name for p in store.units_dir.iterdir()) == [f"CartPole-v1__{m}.npz" for m in METHODS]
-    written = [json.loads(log.split("units written:")[1].splitlines()[0]) for log in (log0, log1)]
+    written = [json.loads(log.split("units written:")[1].splitlines()[0]) for log in logs]
     assert written == [[["CartPole-v1", m] for m in METHODS], []]  # the Study API's result: process 0's
 
 
 def test_killing_one_process_mid_population_unit_then_restarting_both_resumes(runs):
-    tmp, study, _ = runs
-    out = tmp / "killed"
-    store = R.StudyDir(out)
-    shutil.copytree(tmp / "two", out)  # the hypercontroller unit finished: the pair goes straight to pbt
-    store.unit_path("CartPole-v1", "pbt").unlink()
-    ckpt = store.checkpoint_path("CartPole-v1", "pbt")
-    pair = start_pair(study, out)
-    wait_for_checkpoint(pair, ckpt, 4)  # after the population step at iteration 4 (kept in the checkpoint)
-    os.killpg(pair[1].pid, signal.SIGKILL)
-    try:  # process 0 fails or waits for its peer: either way it is stopped before the restart
-        pair[0].communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(pair[0].pid, signal.SIGKILL)
-        pair[0].communicate()
-    assert ckpt.exists() and not store.unit_path("CartPole-v1", "pbt").exists()
-    with np.load(ckpt) as z:
-        assert z["record/lineage_iteration"].tolist()[:2] == [2, 4]
-    logs = [finish(p, 400) for p in start_pair(study, out)]
+    tmp, logs, after_kill = runs
+    assert after_kill["checkpoint"] and not after_kill["unit"]
+    assert after_kill["lineage"][:2] == [2, 4]  # the kill came after the population step at iteration 4
     assert "skip CartPole-v1 / hypercontroller: already finished" in logs[0]
     assert "resume CartPole-v1 / pbt from its checkpoint after iteration" in logs[0]
     assert "Median final evaluation" in logs[0] and "Median final evaluation" not in logs[1]
-    assert_same_numbers(units(out), units(tmp / "one"))
-    assert not ckpt.exists()
+    assert_same_numbers(units(tmp / "two"), units(tmp / "one"))
+    assert not R.StudyDir(tmp / "two").checkpoint_path("CartPole-v1", "pbt").exists()
