@@ -2,6 +2,8 @@
 population unit's checkpoint and resume, lineage on disk and in the figures."""
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,6 +55,25 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
     np.testing.assert_array_equal(np.asarray(state.env_state.time), before.env_state.time)  # envs stay
 
 
+@contextlib.contextmanager
+def compilations():
+    """{"lowered": programs lowered to XLA, "compiled": programs compiled} inside the block (a
+    persistent-cache hit is lowered, not compiled)."""
+    count = {"lowered": 0, "compiled": 0}
+    events = {"/jax/core/compile/jaxpr_to_mlir_module_duration": "lowered",
+              "/jax/core/compile/backend_compile_duration": "compiled"}
+
+    def listen(event, seconds, **kwargs):
+        if event in events:
+            count[events[event]] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """The output directory of STUDY (pbt and pb2_population) run by `hcjax run`."""
@@ -83,11 +104,13 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path,
 
     whole = {u.meta["method"]: u for u in R.StudyDir(study).units()}["pbt"]  # the same unit, never stopped
     store = R.StudyDir(tmp_path / "killed")
-    with pytest.raises(KeyboardInterrupt):
-        run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
-    with np.load(store.checkpoint_path(env.label, "pbt")) as z:
-        assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
-    resumed = run(store)
+    with compilations() as count:  # the study's programs, kept in this process, serve both runs
+        with pytest.raises(KeyboardInterrupt):
+            run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
+        with np.load(store.checkpoint_path(env.label, "pbt")) as z:
+            assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
+        resumed = run(store)
+    assert count == {"lowered": 0, "compiled": 0}
     for name in R.SEED_METRICS + ("eval_reward",) + R.LINEAGE:
         np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name), err_msg=name)
     assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)
