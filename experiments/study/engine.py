@@ -5,8 +5,10 @@ trains every unit group not yet finished (`experiments.study.plan.unit_groups`):
 seeds are one vmapped program sharded over every device (`loops.run_jax_unit`; gymnasium
 environments run on the host, `loops.run_host_unit`), several methods of a JAX environment
 may share one program (a stacked tuner), and a population method steps its unit's agents
-(`agents.population.PopulationLoop`). Each unit's tuning time is then measured by a replay on the
-host CPU (`replay`), and the unit is saved to the study directory (`store`).
+(`agents.population.PopulationLoop`); what a unit group trains with, compiled programs
+included, is kept in the process for a rerun of it (`programs`). Each unit's tuning time
+is then measured by a replay on the host CPU (`replay`), and the unit is saved to the
+study directory (`store`).
 """
 from __future__ import annotations
 

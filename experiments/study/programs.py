@@ -12,7 +12,7 @@ given, so a changed or re-given environment never meets an old program), the met
 PPO configuration with the environment's overrides, every method's options, the space, the
 seed count, fast_compile, the memory limit, the devices and the JAX settings that change a
 program (KEY_SETTINGS). Not in it: the output directory and what only changes the inputs
-(the seeds' values); the segment lengths (eval_every, tune_every) name programs within one.
+(the seeds' values); the segment lengths (eval_every) name programs within one.
 
 At most MAX_KEPT configurations are kept, the least recently used dropped first; `clear()`
 drops them all (their compiled programs' memory is freed with them).
