@@ -1,19 +1,22 @@
 """Population methods in PPO and the study: the exploit step on real learner states, a
-population unit's checkpoint and resume, lineage on disk and in the figures."""
+population unit's checkpoint and resume (with the programs the process kept: nothing
+compiled again), lineage on disk and in the figures; what the kept programs are keyed by."""
 from __future__ import annotations
 
 import contextlib
 
+import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import experiments
 import hcjax
 from agents import envs, ppo
 from agents.population import PopulationLoop
 from experiments import cli
-from experiments.study import engine, presets, studyfile
+from experiments.study import engine, presets, programs, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.checks import check
@@ -144,3 +147,22 @@ def test_population_seeds_must_fill_every_device_of_every_process(monkeypatch):
     with pytest.raises(ValueError, match=r"seeds \(6\) must be a multiple of the device count \(4\)"):
         check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=6))
     check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=8))
+
+
+def test_a_unit_group_keeps_its_programs_only_for_the_same_configuration():
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
+    kept = programs.unit_programs(plan, plan.envs[0], ["pbt"], 8.0)
+    assert programs.unit_programs(plan, plan.envs[0], ["pbt"], 8.0) is kept
+    more = presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=8)
+    assert programs.unit_programs(more, more.envs[0], ["pbt"], 8.0) is not kept
+    assert programs.unit_programs(plan, plan.envs[0], ["pbt"], 4.0) is not kept
+    assert programs.unit_programs(plan, plan.envs[0], ["pb2_population"], 8.0) is not kept
+
+    def first_unit(env):
+        own = experiments.Study(envs={"cartpole": env}, methods=["fixed"], seeds=1, iterations=2).plan()
+        return programs.unit_programs(own, own.envs[0], ["fixed"], 8.0)
+
+    pair = gymnax.make("CartPole-v1")
+    mine = first_unit(pair)
+    assert first_unit(pair) is mine  # the same object: its first build and programs
+    assert first_unit(gymnax.make("CartPole-v1")) is not mine  # another object (it may differ in code): anew
