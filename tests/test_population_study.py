@@ -1,17 +1,22 @@
 """Population methods in PPO and the study: the exploit step on real learner states, a
-population unit's checkpoint and resume, lineage on disk and in the figures."""
+population unit's checkpoint and resume (with the programs the process kept: nothing
+compiled again), lineage on disk and in the figures; what the kept programs are keyed by."""
 from __future__ import annotations
 
+import contextlib
+
+import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import experiments
 import hcjax
 from agents import envs, ppo
 from agents.population import PopulationLoop
 from experiments import cli
-from experiments.study import engine, presets, studyfile
+from experiments.study import engine, presets, programs, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.checks import check
@@ -53,6 +58,25 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
     np.testing.assert_array_equal(np.asarray(state.env_state.time), before.env_state.time)  # envs stay
 
 
+@contextlib.contextmanager
+def compilations():
+    """{"lowered": programs lowered to XLA, "compiled": programs compiled} inside the block (a
+    persistent-cache hit is lowered, not compiled)."""
+    count = {"lowered": 0, "compiled": 0}
+    events = {"/jax/core/compile/jaxpr_to_mlir_module_duration": "lowered",
+              "/jax/core/compile/backend_compile_duration": "compiled"}
+
+    def listen(event, seconds, **kwargs):
+        if event in events:
+            count[events[event]] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """The output directory of STUDY (pbt and pb2_population) run by `hcjax run`."""
@@ -83,11 +107,13 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path,
 
     whole = {u.meta["method"]: u for u in R.StudyDir(study).units()}["pbt"]  # the same unit, never stopped
     store = R.StudyDir(tmp_path / "killed")
-    with pytest.raises(KeyboardInterrupt):
-        run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
-    with np.load(store.checkpoint_path(env.label, "pbt")) as z:
-        assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
-    resumed = run(store)
+    with compilations() as count:  # the study's programs, kept in this process, serve both runs
+        with pytest.raises(KeyboardInterrupt):
+            run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
+        with np.load(store.checkpoint_path(env.label, "pbt")) as z:
+            assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
+        resumed = run(store)
+    assert count == {"lowered": 0, "compiled": 0}
     for name in R.SEED_METRICS + ("eval_reward",) + R.LINEAGE:
         np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name), err_msg=name)
     assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)
@@ -121,3 +147,22 @@ def test_population_seeds_must_fill_every_device_of_every_process(monkeypatch):
     with pytest.raises(ValueError, match=r"seeds \(6\) must be a multiple of the device count \(4\)"):
         check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=6))
     check(presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=8))
+
+
+def test_a_unit_group_keeps_its_programs_only_for_the_same_configuration():
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
+    kept = programs.unit_programs(plan, plan.envs[0], ["pbt"], 8.0)
+    assert programs.unit_programs(plan, plan.envs[0], ["pbt"], 8.0) is kept
+    more = presets.resolve(studyfile.loads(STUDY), methods=["pbt"], seeds=8)
+    assert programs.unit_programs(more, more.envs[0], ["pbt"], 8.0) is not kept
+    assert programs.unit_programs(plan, plan.envs[0], ["pbt"], 4.0) is not kept
+    assert programs.unit_programs(plan, plan.envs[0], ["pb2_population"], 8.0) is not kept
+
+    def first_unit(env):
+        own = experiments.Study(envs={"cartpole": env}, methods=["fixed"], seeds=1, iterations=2).plan()
+        return programs.unit_programs(own, own.envs[0], ["fixed"], 8.0)
+
+    pair = gymnax.make("CartPole-v1")
+    mine = first_unit(pair)
+    assert first_unit(pair) is mine  # the same object: its first build and programs
+    assert first_unit(gymnax.make("CartPole-v1")) is not mine  # another object (it may differ in code): anew

@@ -16,11 +16,16 @@ ARRAYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode
           "eval_reward")
 
 
+# fixed and random in one program (a fused unit equals the method run alone: tests/test_studyfile.py);
+# tests/test_tensorboard.py runs the same study, so that one process compiles it once
+FUSED_STUDY = "fuse_methods = true\n" + cartpole_study(["fixed", "random"], seeds=2, iterations=6, eval_every=3)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("replay") / "study"
     config = out.parent / "study.toml"
-    config.write_text(cartpole_study(["fixed", "random"], seeds=2, iterations=6, eval_every=3))
+    config.write_text(FUSED_STUDY)
     assert cli.main(["run", "--config", str(config), "--out", str(out), "--no-plot", "--no-progress"]) == 0
     return out, {u.meta["method"]: u for u in load_units(out)}
 

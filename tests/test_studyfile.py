@@ -57,16 +57,22 @@ def test_every_preset_round_trips_through_a_study_file(name, capsys):
     assert plan.to_dict() == presets.resolve(name).to_dict()
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(the output directory, {method: unit}) of STUDY with hypercontroller added, its three
+    methods in one program (fuse_methods)."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny.toml"
+    path.write_text(STUDY.replace('methods = ["fixed", "random"]', 'methods = ["fixed", "random", "hypercontroller"]')
+                    .replace("fast_compile = true", "fast_compile = true\nfuse_methods = true"))
+    out = path.parent / "out"
+    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
+    return out, {u.meta["method"]: u for u in R.StudyDir(out).units()}
+
+
 @pytest.mark.slow
-def test_a_study_file_runs_with_its_own_space(tmp_path, capsys):
-    path = tmp_path / "tiny.toml"
-    path.write_text(STUDY)
-    out = tmp_path / "out"
-    code = cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    units = {u.meta["method"]: u for u in R.StudyDir(out).units()}
-    assert set(units) == {"fixed", "random"}
+def test_a_study_file_runs_with_its_own_space(tiny):
+    out, units = tiny
+    assert set(units) == {"fixed", "random", "hypercontroller"}
     for u in units.values():
         assert u.meta["hparam_names"] == ["learning_rate", "ent_coef", "batch_size"]
         assert u.hparams.shape == (1, 2, 3) and u.meta["env"] == "gymnax/CartPole-v1"
@@ -125,19 +131,16 @@ def test_space_and_envs_flags_change_a_preset(capsys):
 
 
 @pytest.mark.slow
-def test_fused_methods_give_each_method_its_own_numbers(tmp_path, capsys):
+def test_fused_methods_give_each_method_its_own_numbers(tiny, tmp_path, capsys):
     """fuse_methods runs every method of an environment in one program (a stacked tuner,
-    compiled once); every unit equals the same method run alone, bit for bit."""
-    text = STUDY.replace('methods = ["fixed", "random"]', 'methods = ["hypercontroller", "random"]')
-    units = {}
-    for fuse in ("true", "false"):
-        path = tmp_path / f"fuse_{fuse}.toml"
-        path.write_text(text.replace("fast_compile = true", f"fast_compile = true\nfuse_methods = {fuse}"))
-        out = tmp_path / fuse
-        assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
-        units[fuse] = {u.meta["method"]: u for u in R.StudyDir(out).units()}
+    compiled once: `tiny`); every unit equals the same method run alone, bit for bit."""
+    path = tmp_path / "alone.toml"
+    path.write_text(STUDY.replace('methods = ["fixed", "random"]', 'methods = ["hypercontroller", "random"]'))
+    out = tmp_path / "alone"
+    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
+    units = {"true": tiny[1], "false": {u.meta["method"]: u for u in R.StudyDir(out).units()}}
     capsys.readouterr()
-    assert units["true"]["random"].meta["fused_with"] == ["hypercontroller", "random"]
+    assert units["true"]["random"].meta["fused_with"] == ["fixed", "random", "hypercontroller"]
     assert "fused_with" not in units["false"]["random"].meta
     for method in ("hypercontroller", "random"):
         for name in R.SEED_METRICS + ("eval_reward",):

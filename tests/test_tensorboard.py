@@ -14,7 +14,7 @@ from experiments.study import tensorboard
 from experiments.study.checkpoints import Record
 from experiments.study.store import load_units, unit_name
 from hcjax.space import Hyperparameter, Space
-from tests.cli_runs import cartpole_study
+from tests.test_schedule_replay import FUSED_STUDY
 
 SPACE = Space([Hyperparameter("lr", 1e-4, 1e-2, scale="log")])
 
@@ -27,13 +27,12 @@ def values(scalars: dict, tag: str) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.slow
 def test_a_study_writes_every_seeds_scalars_and_each_methods_summary_while_it_runs(tmp_path, capsys):
     study = tmp_path / "study.toml"
-    fused = "fuse_methods = true\n" + cartpole_study(["hypercontroller", "random"], seeds=2, iterations=6, eval_every=3)
-    study.write_text(fused)  # both methods in one program: agent rows m * seeds + i
+    study.write_text(FUSED_STUDY)  # both methods in one program: agent rows m * seeds + i
     out = tmp_path / "out"
     assert cli.main(["run", "--config", str(study), "--out", str(out), "--tensorboard", "--no-plot",
                      "--no-progress"]) == 0
     units = load_units(out)
-    assert {u.meta["method"] for u in units} == {"hypercontroller", "random"}
+    assert {u.meta["method"] for u in units} == {"fixed", "random"}
     for u in units:
         unit = out / "tensorboard" / unit_name(u.meta["env"], u.meta["method"])
         for s, seed in enumerate(u.seeds):

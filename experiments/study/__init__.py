@@ -11,6 +11,7 @@ build.py        a unit's environment and tuner or population
 checks.py       checks before anything is compiled, memory estimates
 devices.py      the agent mesh, padding, seed keys, arrays back to the host
 checkpoints.py  a unit's Record and its checkpoint
+programs.py     a unit group's learner, tuners and compiled programs, kept per configuration in a process
 loops.py        the JAX and host unit loops
 population.py   population methods over a unit's agents
 replay.py       tuning time by a replay of the tuner on the host CPU

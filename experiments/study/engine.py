@@ -5,8 +5,10 @@ trains every unit group not yet finished (`experiments.study.plan.unit_groups`):
 seeds are one vmapped program sharded over every device (`loops.run_jax_unit`; gymnasium
 environments run on the host, `loops.run_host_unit`), several methods of a JAX environment
 may share one program (a stacked tuner), and a population method steps its unit's agents
-(`agents.population.PopulationLoop`). Each unit's tuning time is then measured by a replay on the
-host CPU (`replay`), and the unit is saved to the study directory (`store`).
+(`agents.population.PopulationLoop`); what a unit group trains with, compiled programs
+included, is kept in the process for a rerun of it (`programs`). Each unit's tuning time
+is then measured by a replay on the host CPU (`replay`), and the unit is saved to the
+study directory (`store`).
 """
 from __future__ import annotations
 
@@ -20,30 +22,24 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from agents.population import PopulationLoop, population_objective
-from agents.ppo import PPOConfig, make_learner
-from experiments.study import build
-from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
+from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.devices import padded_count
 from experiments.study.loops import run_host_unit, run_jax_unit
-from experiments.study.methods import is_population
 from experiments.study.plan import (
     config_key,
     merge_configs,
-    ppo_options,
     study_config,
     unit_config,
     unit_groups,
     unit_keys,
 )
 from experiments.study.presets import EnvChoice, Plan, check_unit_names
+from experiments.study.programs import unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
 from experiments.study.tensorboard import UnitGroupScalars
-from hcjax.population.sharding import agent_mesh
-from hcjax.tuners.stacked import stack
 
 
 def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, str],
@@ -62,17 +58,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     (live logging then stops, the units go on)."""
     p = plan.preset
     t0 = time.perf_counter()
-    environment = build.environment(env.make)
-    config = PPOConfig(**ppo_options(plan, env))
-    tuners = [make_method(plan, m, memory_limit_gib) for m in methods]
-    population = None
-    if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
-        learner = make_learner(config, environment, tuners[0])
-        population = PopulationLoop(learner, tuners[0], p.tune_every,
-                                    population_objective(methods[0], config.objective, p.tune_every),
-                                    mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
-    else:
-        learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
+    kept = unit_programs(plan, env, methods, memory_limit_gib)  # a rerun of this configuration compiles nothing
+    environment, learner, tuners, population = kept.environment, kept.learner, kept.tuners, kept.population
     S, M = p.seeds, len(methods)
     seeds = np.arange(S)
     on_record = (lambda record: None) if tensorboard is None else \
@@ -90,7 +77,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
                            checkpoint=checkpoint, which=which if M > 1 else None, population=population,
-                           on_record=on_record)
+                           on_record=on_record, program=kept.program)
     if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
         out.update(lineage_iteration=np.zeros(0, np.int32), lineage_parent=np.zeros((len(ids), 0), np.int32),
                    lineage_objective=np.zeros((len(ids), 0), np.float32))
@@ -103,10 +90,11 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
             return np.asarray(out[name][rows], dtype)  # noqa: B023 - called within the iteration
 
         if population is None:
-            tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every)
+            tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every,
+                                            program=lambda name, build: kept.program((name, method), build))  # noqa: B023
         else:
             tuner_time = measure_population_time(sub, out["lineage_iteration"], out["lineage_objective"],
-                                                 p.iterations)
+                                                 p.iterations, program=kept.program)
         meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
                     config=unit_config(plan, env, method), hparam_names=list(sub.space.names),
                     fast_compile=bool(p.fast_compile), n_agents=int(len(ids)), n_devices=int(n_dev),

@@ -9,7 +9,8 @@ axis sharded across devices (see `experiments.study.devices`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from agents.ppo.learner import eval_key
 from experiments.study.checkpoints import Checkpoint, Record
 from experiments.study.devices import host_seed_keys, seed_keys, to_host
 from experiments.study.plan import segments
+from experiments.study.programs import built_anew
 from hcjax.population.sharding import agent_mesh
 from hcjax.tuners.stacked import select
 
@@ -37,7 +39,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
                  checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
                  population: PopulationLoop | None = None,
-                 on_record: Callable[[Record], None] = lambda record: None) -> dict[str, np.ndarray]:
+                 on_record: Callable[[Record], None] = lambda record: None,
+                 program: Callable[[Hashable, Callable[[], Any]], Any] = built_anew) -> dict[str, np.ndarray]:
     """Train len(seed_ids) agents as one vmapped program sharded over every device,
     in segments with an evaluation after every `eval_every` iterations and the last.
 
@@ -51,7 +54,10 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     method stepped every `population.ready` iterations (the lineage lands in the
     returned "lineage_*" arrays). on_record: called with the Record when the loop starts
     (resumed or empty) and after every segment, before its checkpoint is saved (e.g. live
-    TensorBoard scalars: written first, a kill between the two leaves no gap).
+    TensorBoard scalars: written first, a kill between the two leaves no gap). program:
+    program(name, build) -> the program kept under name for this learner and agent count
+    (`experiments.study.programs.UnitPrograms.program`: a rerun compiles nothing), by
+    default every program built anew.
     """
     mesh = agent_mesh()
     agents = NamedSharding(mesh, P("agent"))
@@ -59,27 +65,25 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     keys = seed_keys(seed_ids, agents)
 
     if which is None:
-        init = jax.jit(jax.vmap(lambda k: learner.init(jax.random.fold_in(k, 0))), in_shardings=agents,
-                       out_shardings=agents)
+        def init_one(k):
+            return learner.init(jax.random.fold_in(k, 0))
+
         init_args = (keys,)
     else:
         def init_one(k, w):
             k = jax.random.fold_in(k, 0)
             return learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
 
-        init = jax.jit(jax.vmap(init_one), in_shardings=(agents, agents), out_shardings=agents)
         init_args = (keys, jax.make_array_from_callback(which.shape, agents, lambda index: np.asarray(which)[index]))
+    init = program("init", lambda: jax.jit(jax.vmap(init_one), in_shardings=(agents,) * len(init_args),
+                                           out_shardings=agents))
 
-    def evaluate(state, k, it):
+    def evaluate_one(state, k, it):
         return learner.evaluate(state, eval_key(k, it))
 
-    evaluate = jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
-                       out_shardings=agents)
-    programs = {}
-
     def start_state():
-        # runs once: optimising it is not worth its compile time
-        state = compiled(init, *init_args, fast=True)(*init_args)
+        # runs once per unit: optimising it is not worth its compile time
+        state = program("init compiled", lambda: compiled(init, *init_args, fast=True))(*init_args)
         return state if population is None else population.init(state)
 
     t0 = time.perf_counter()
@@ -100,14 +104,17 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     state, pop_state = (tree, None) if population is None else tree
     on_record(record)
     an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
-    evaluate = compiled(evaluate, state, keys, an_int, fast=fast_compile)
+    evaluate = program("evaluate", lambda: compiled(
+        jax.jit(jax.vmap(evaluate_one, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
+                out_shardings=agents), state, keys, an_int, fast=fast_compile))
 
     def segment(length):
-        if length not in programs:  # the first iteration's number is unbatched: asks only when deciding
-            program = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, length, start), in_axes=(0, None)),
+        def build():  # the first iteration's number is unbatched: asks only when deciding
+            iterate = jax.jit(jax.vmap(lambda s, start: learner.iterate(s, length, start), in_axes=(0, None)),
                               in_shardings=(agents, scalar), out_shardings=agents, donate_argnums=0)
-            programs[length] = compiled(program, state, an_int, fast=fast_compile)
-        return programs[length]
+            return compiled(iterate, state, an_int, fast=fast_compile)
+
+        return program(("segment", length), build)
 
     ready = population.ready if population is not None else None
     for length in segments(iterations, eval_every, ready)[len(record.seg_times):]:

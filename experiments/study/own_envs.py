@@ -32,6 +32,7 @@ REFERENCE = re.compile(r"(?:(?P<label>[^=\s]+)=)?(?P<module>[A-Za-z_][\w.]*):(?P
 
 
 _BUILT: dict[str, Any] = {}  # make -> the environment built in this process
+_GIVEN: dict[int, tuple[Any, Any, str]] = {}  # id -> (environment object, its build, params text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +124,18 @@ def _close(env) -> None:
 
 def from_object(obj, label: str | None = None) -> Own:
     """The Own of an environment object or factory (built now and registered);
-    label: its name in tables and unit files (default the environment's own name)."""
+    label: its name in tables and unit files (default the environment's own name). The same
+    environment object (not a factory: it is called again) given again in this process keeps
+    its first build, so a second study of it reuses its units' compiled programs
+    (`experiments.study.programs`); give a new object after changing one."""
     where = f"envs: {label or _qualified(obj)}"
-    env, params = build_object(obj, where)
+    given = _GIVEN.get(id(obj))
+    if given is not None and given[0] is obj:
+        env, params = given[1], given[2]
+    else:
+        env, params = build_object(obj, where)
+        if not callable(obj):  # the entry holds the object: its id names no other while kept
+            _GIVEN[id(obj)] = (obj, env, params)
     return _choice(env, label, f"object:{_qualified(obj)}", params, "your own environment (a Python object)")
 
 

@@ -14,28 +14,33 @@ A population method's init and steps are replayed the same way.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.study.programs import built_anew
 
-def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int = 0) -> np.ndarray:
+
+def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int = 0,
+                       program: Callable[[Hashable, Callable[[], Any]], Any] = built_anew) -> np.ndarray:
     """(T,) seconds of host ask+tell for all agents at each iteration of the run.
 
     objectives: (n, T) the objectives the run told (iteration 0 tells nothing, as in
     the PPO loop); asks happen at iterations t with (t + 1) % tune_every == 0, and the
     initial ask is charged to iteration 0. Runs on the CPU device, jitted and vmapped
     over the n agents; compilation is excluded by a warm-up on a copy of the state.
+    program: as for `experiments.study.loops.run_jax_unit` (keeps the jitted tuner calls).
     """
     cpu = jax.devices("cpu")[0]
     n, T = objectives.shape
     with jax.default_device(cpu):
         keys = jax.random.split(jax.random.key(seed), (T + 1) * n).reshape(T + 1, n)
         x = jnp.asarray(np.asarray(objectives, np.float32))
-        init = jax.jit(jax.vmap(tuner.init))
-        ask = jax.jit(jax.vmap(tuner.ask))
-        tell = jax.jit(jax.vmap(tuner.tell))
+        init, ask, tell = program("tuner replay", lambda: tuple(
+            jax.jit(jax.vmap(f)) for f in (tuner.init, tuner.ask, tuner.tell)))
         state = init(jax.random.split(jax.random.key(seed + 1), n))
         # warm-up: compile both programs on a throwaway state
         jax.block_until_ready(ask(state, keys[0]))
@@ -59,15 +64,17 @@ def measure_tuner_time(tuner, objectives: np.ndarray, tune_every: int, seed: int
     return times
 
 
-def measure_population_time(population, iterations: np.ndarray, objectives: np.ndarray, T: int) -> np.ndarray:
+def measure_population_time(population, iterations: np.ndarray, objectives: np.ndarray, T: int,
+                            program: Callable[[Hashable, Callable[[], Any]], Any] = built_anew) -> np.ndarray:
     """(T,) seconds of the population's init (charged to iteration 0) and of each of its
     steps (charged to the iteration it followed), replayed on the host CPU with the
-    run's objectives (n, K), jitted, compilation excluded by a warm-up."""
+    run's objectives (n, K), jitted, compilation excluded by a warm-up; program: as for
+    `measure_tuner_time`."""
     n = objectives.shape[0]
     times = np.zeros(T)
     with jax.default_device(jax.devices("cpu")[0]):
-        init = jax.jit(population.init, static_argnums=1)
-        step = jax.jit(population.step)
+        init, step = program("population replay", lambda: (jax.jit(population.init, static_argnums=1),
+                                                           jax.jit(population.step)))
         key = jax.random.PRNGKey(0)
         state, _ = jax.block_until_ready(init(key, n))  # warm-up (compiles)
         cols = [jnp.asarray(objectives[:, k], jnp.float32) for k in range(objectives.shape[1])]

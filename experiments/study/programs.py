@@ -1,0 +1,110 @@
+"""A unit group's learner, tuners and compiled programs, kept in this process: a second run of
+the same unit configuration (a resume, a rerun after a failure, the same study again in a
+notebook) traces and compiles nothing.
+
+    kept = unit_programs(plan, env, methods, memory_limit_gib)   # built, or the one kept
+    kept.learner, kept.tuners, kept.population                   # as engine.run_units uses them
+    kept.program(("segment", 2), build)                          # build() once, then the same program
+
+The key is everything the programs are built from: the environment object (a registry
+environment is built once per process; your own environment is the object built when it was
+given, so a changed or re-given environment never meets an old program), the methods, the
+PPO configuration with the environment's overrides, every method's options, the space, the
+seed count, fast_compile, the memory limit, the devices and the JAX settings that change a
+program (KEY_SETTINGS). Not in it: the output directory and what only changes the inputs
+(the seeds' values); the segment lengths (eval_every) name programs within one.
+
+At most MAX_KEPT configurations are kept, the least recently used dropped first; `clear()`
+drops them all (their compiled programs' memory is freed with them).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import jax
+
+from agents.population import PopulationLoop, population_objective
+from agents.ppo import PPOConfig, make_learner
+from experiments.study import build
+from experiments.study.methods import is_population
+from experiments.study.plan import config_key, ppo_options, tuner_options
+from experiments.study.presets import EnvChoice, Plan
+from hcjax.population.sharding import agent_mesh
+from hcjax.tuners.stacked import stack
+
+MAX_KEPT = 16
+KEY_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_disable_most_optimizations",
+                "jax_optimization_level")  # jax.config values a kept program was built under
+
+
+@dataclasses.dataclass
+class UnitPrograms:
+    """What a unit group trains with: its `environment`, `learner` (one tuner, a stacked
+    tuner of several methods, or a population method's), `tuners` (one per method),
+    `population` (a PopulationLoop over the seeds, or None) and the programs built so far
+    (`program`)."""
+
+    environment: Any
+    learner: Any
+    tuners: list
+    population: PopulationLoop | None
+    programs: dict = dataclasses.field(default_factory=dict)
+
+    def program(self, name: Hashable, build: Callable[[], Any]):
+        """The program kept under `name`; `build()` makes it the first time."""
+        if name not in self.programs:
+            self.programs[name] = build()
+        return self.programs[name]
+
+
+_KEPT: OrderedDict[tuple, UnitPrograms] = OrderedDict()
+
+
+def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> str:
+    """The hash of everything but the environment object that the programs of (env, methods) are built from."""
+    p = plan.preset
+    return config_key(dict(methods=list(methods), ppo=ppo_options(plan, env), space=[dict(h) for h in p.space],
+                           tuner={m: tuner_options(plan, m) for m in methods}, seeds=p.seeds,
+                           tune_every=p.tune_every, fast_compile=bool(p.fast_compile),
+                           memory_limit_gib=float(memory_limit_gib), processes=jax.process_count(),
+                           devices=[str(d) for d in jax.devices()],
+                           settings={k: jax.config.values.get(k) for k in KEY_SETTINGS}))
+
+
+def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> UnitPrograms:
+    """The UnitPrograms of (env, methods) under `plan`: the one kept for this configuration,
+    or a new one (kept, dropping the least recently used beyond MAX_KEPT)."""
+    environment = build.environment(env.make)
+    key = (id(environment), program_key(plan, env, methods, memory_limit_gib))  # the entry holds the environment:
+    if key in _KEPT:  # its id names no other object while kept
+        _KEPT.move_to_end(key)
+        return _KEPT[key]
+    p = plan.preset
+    config = PPOConfig(**ppo_options(plan, env))
+    tuners = [build.make_method(plan, m, memory_limit_gib) for m in methods]
+    population = None
+    if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
+        learner = make_learner(config, environment, tuners[0])
+        population = PopulationLoop(learner, tuners[0], p.tune_every,
+                                    population_objective(methods[0], config.objective, p.tune_every),
+                                    mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
+    else:
+        learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
+    kept = _KEPT[key] = UnitPrograms(environment, learner, tuners, population)
+    while len(_KEPT) > MAX_KEPT:
+        _KEPT.popitem(last=False)
+    return kept
+
+
+def built_anew(name: Hashable, build: Callable[[], Any]):
+    """A `program(name, build)` that keeps nothing: every program built anew (the default of
+    `loops.run_jax_unit` and of the `replay` measures)."""
+    return build()
+
+
+def clear() -> None:
+    """Drop every kept configuration (the next run of each builds and compiles anew)."""
+    _KEPT.clear()
