@@ -318,14 +318,14 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     def start(out):
         return hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True)
 
-    reference = start(tmp_path / "ref")
     k = random.Random().randint(1, 4)
-    killed = start(tmp_path / "k")
+    killed = start(tmp_path / "k")  # alone: it compiles, and puts its programs in the persistent cache
     store = R.StudyDir(tmp_path / "k")
     ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
     wait_for_checkpoint([killed], ckpt, 2 * k)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
+    reference = start(tmp_path / "ref")  # the uninterrupted run, beside the resumed one: both find them there
     with np.load(ckpt) as z:
         done = int(z["record/done"])
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
