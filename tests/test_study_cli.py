@@ -98,6 +98,20 @@ def test_sigterm_exits_143_saying_how_to_resume(tmp_path, monkeypatch, capsys):
     assert code == 143 and "terminated by signal 15; 0 of 1 units finished" in err
 
 
+def test_main_puts_back_the_callers_signal_handlers(capsys):
+    """cli.main handles SIGTERM and SIGHUP while it runs, and only then: a process that
+    calls it (a test, a notebook) keeps its own handlers."""
+    mine = lambda signum, frame: None  # noqa: E731
+    before = {s: signal.signal(s, mine) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code, out, _ = main(["presets", "--toml", "smoke"], capsys)
+        assert code == 0 and "seeds = 2" in out
+        assert all(signal.getsignal(s) is mine for s in before)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 @pytest.mark.slow
 def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
