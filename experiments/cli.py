@@ -442,9 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()
     args = ap.parse_args(argv)  # bad arguments: argparse exits with status 2
+    previous = {}  # the handlers before, put back on return: a caller's process (a test's) keeps its own
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _raise_terminated)
+            previous[signum] = signal.signal(signum, _raise_terminated)
     try:
         return COMMANDS[args.command](args)
     except UsageError as e:
@@ -459,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - our failure outside a study run
         _report_failure(e, None)
         return 1
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: a handler not set from Python, nothing to put back
+                signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """README.md and docs/*.md: every relative link resolves, and the quoted CLI usage is argparse's."""
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+
+from experiments import entry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -56,21 +55,24 @@ def test_anchors_follow_github():
     assert "the-cpu_learn-study-run-on-this-2-core-cpu" in anchors(ROOT / "docs" / "results.md")
 
 
-def argparse_help(args: str) -> str:
-    """What `hcjax ARGS` prints in a 100-column terminal."""
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "PYTHON_COLORS": "0"}
-    done = subprocess.run([sys.executable, "-m", "experiments", *args.split()], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+def argparse_help(args: str, monkeypatch, capsys) -> str:
+    """What `hcjax ARGS` prints in a 100-column terminal: the command's entry point (what
+    `hcjax` and `python -m experiments` call) in this process, no interpreter to start."""
+    for name, value in {"COLUMNS": "100", "NO_COLOR": "1", "PYTHON_COLORS": "0"}.items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:  # argparse's --help exits
+        entry.main(args.split())
+    printed = capsys.readouterr()
+    assert done.value.code == 0, printed.err
+    return printed.out
 
 
-@pytest.mark.slow
-def test_quoted_usage_is_what_argparse_prints():
+def test_quoted_usage_is_what_argparse_prints(monkeypatch, capsys):
     quoted = [(m["args"].strip(), m["text"]) for path in DOCUMENTS for m in USAGE.finditer(path.read_text())]
     assert [args for args, _ in quoted] == ["--help", "run --help"]
     for args, text in quoted:
-        printed = argparse_help(args)
+        printed = argparse_help(args, monkeypatch, capsys)
         assert text.split() == printed.split(), f"hcjax {args} now prints:\n{printed}"
 
 

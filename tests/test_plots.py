@@ -66,17 +66,28 @@ def test_results_table_says_what_is_missing_and_ranks_nothing_without_an_evaluat
     assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | no unit |" in table
 
 
+REPS = 100  # bootstrap replicates of the synthetic study's plots
+
+
+@pytest.fixture(scope="module")
+def synthetic_plotted(tmp_path_factory):
+    """(directory, units, plot()'s paths) of the synthetic study plotted once (REPS
+    replicates): the aggregate test reads it, the replotting test plots it again."""
+    out = tmp_path_factory.mktemp("synthetic")
+    units = synthetic_study(out)
+    return out, units, plots.plot(out, reps=REPS)
+
+
 @pytest.mark.slow
-def test_plot_writes_the_aggregate_outputs_of_a_synthetic_study(tmp_path):
-    units = synthetic_study(tmp_path)
-    paths = plots.plot(tmp_path, reps=200)
+def test_plot_writes_the_aggregate_outputs_of_a_synthetic_study(synthetic_plotted):
+    tmp_path, units, paths = synthetic_plotted
     for name in ("aggregate.png", "probability_of_improvement.png", "performance_profile.png",
                  "fig1_tuning_time.png", "fig1_iterations.png", "fig2_final.png"):
         png = (tmp_path / "figures" / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in png
     got = json.loads((tmp_path / "tables" / "aggregate.json").read_text())
     assert paths["aggregate_json"] == tmp_path / "tables" / "aggregate.json"
-    expected = ST.summarise(plots.study_scores(units), reps=200)
+    expected = ST.summarise(plots.study_scores(units), reps=REPS)
     # normalisation over the study: A from 0 (fixed) to 40 (fixed), B from -5 to -1
     assert got["normalisation"]["reference"] == {"A": [0.0, 40.0], "B": [-5.0, -1.0]}
     hc = got["aggregates"]["hypercontroller"]
@@ -123,14 +134,12 @@ def test_plot_of_a_directory_without_units_names_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_replotting_gives_byte_identical_files(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    synthetic_study(one)
+def test_replotting_gives_byte_identical_files(synthetic_plotted, tmp_path):
+    one, two = synthetic_plotted[0], tmp_path / "two"
     shutil.copytree(one / "units", two / "units")
-    plots.plot(one, reps=100)
-    first = outputs(one)
-    plots.plot(one, reps=100)  # again into the same directory
-    plots.plot(two, reps=100)
+    first = outputs(one)  # plotted once by the fixture
+    plots.plot(one, reps=REPS)  # again into the same directory
+    plots.plot(two, reps=REPS)
     assert len(first) == 11
     assert outputs(one) == first and outputs(two) == first
 
@@ -142,6 +151,28 @@ def test_log_limits_snap_to_tick_values():
     assert plots._log_limits(np.array([9.5])) == pytest.approx((9.0, 10.0))
 
 
+COMMITTED = sorted(p.parent.name for p in (ROOT / "results").glob("*/manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def replotted(tmp_path_factory):
+    """name -> a copy of committed study `name` (its units and manifest) replotted by
+    `plots.plot` in this process, drawn once for every test that reads it."""
+    done = {}
+
+    def replot(name: str) -> Path:
+        if name not in done:
+            study, copy = ROOT / "results" / name, tmp_path_factory.mktemp("replot") / name
+            copy.mkdir()
+            shutil.copytree(study / "units", copy / "units")
+            shutil.copy(study / "manifest.json", copy / "manifest.json")
+            plots.plot(copy)
+            done[name] = copy
+        return done[name]
+
+    return replot
+
+
 FIG1 = """
 import sys
 from experiments.reporting import plots
@@ -151,27 +182,21 @@ plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
 
 
 @pytest.mark.slow
-def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(tmp_path):
+def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(replotted, tmp_path):
     # The committed cpu_study's Figure 1 has a tick within 0.01 px of an axes edge; with
     # autoscaled log limits it was drawn differently when NumPy used AVX-512 (last bits of
-    # log10). Drawn in two processes, with AVX-512 disabled in one where this CPU has it.
+    # log10). Drawn in this process (with the CPU features it runs with) and in a second
+    # process with AVX-512 disabled where this CPU has it.
     from numpy._core._multiarray_umath import __cpu_features__ as features
 
     off = [f for f in ("AVX512_SPR", "AVX512_ICL", "AVX512_SKX", "X86_V4") if features.get(f)]
-    pngs = []
-    for i, disable in enumerate(([], off)):
-        env = dict(os.environ)
-        env.pop("NPY_DISABLE_CPU_FEATURES", None)
-        if disable:
-            env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
-        png = tmp_path / f"fig{i}.png"
-        subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
-                       timeout=300)
-        pngs.append(png.read_bytes())
-    assert pngs[0] == pngs[1]
-
-
-COMMITTED = sorted(p.parent.name for p in (ROOT / "results").glob("*/manifest.json"))
+    env = dict(os.environ)
+    if off:
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(off)
+    png = tmp_path / "fig.png"
+    subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
+                   timeout=300)
+    assert png.read_bytes() == (replotted("cpu_study") / "figures" / "fig1_tuning_time.png").read_bytes()
 
 
 def drawn_files(study: Path) -> dict[str, bytes]:
@@ -182,15 +207,10 @@ def drawn_files(study: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("name", COMMITTED)
 @pytest.mark.slow
-def test_a_committed_study_replots_to_the_same_bytes(name, tmp_path):
+def test_a_committed_study_replots_to_the_same_bytes(name, replotted):
     """`hcjax plot` on a copy of a committed study's units and manifest redraws its figures,
     tables and report byte for byte."""
-    study, copy = ROOT / "results" / name, tmp_path / name
-    copy.mkdir()
-    shutil.copytree(study / "units", copy / "units")
-    shutil.copy(study / "manifest.json", copy / "manifest.json")
-    plots.plot(copy)
-    committed, redrawn = drawn_files(study), drawn_files(copy)
+    committed, redrawn = drawn_files(ROOT / "results" / name), drawn_files(replotted(name))
     assert sorted(redrawn) == sorted(committed)
     assert [f for f in committed if committed[f] != redrawn[f]] == []
 

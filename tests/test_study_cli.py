@@ -98,6 +98,20 @@ def test_sigterm_exits_143_saying_how_to_resume(tmp_path, monkeypatch, capsys):
     assert code == 143 and "terminated by signal 15; 0 of 1 units finished" in err
 
 
+def test_main_puts_back_the_callers_signal_handlers(capsys):
+    """cli.main handles SIGTERM and SIGHUP while it runs, and only then: a process that
+    calls it (a test, a notebook) keeps its own handlers."""
+    mine = lambda signum, frame: None  # noqa: E731
+    before = {s: signal.signal(s, mine) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code, out, _ = main(["presets", "--toml", "smoke"], capsys)
+        assert code == 0 and "seeds = 2" in out
+        assert all(signal.getsignal(s) is mine for s in before)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 @pytest.mark.slow
 def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
@@ -318,14 +332,14 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     def start(out):
         return hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True)
 
-    reference = start(tmp_path / "ref")
     k = random.Random().randint(1, 4)
-    killed = start(tmp_path / "k")
+    killed = start(tmp_path / "k")  # alone: it compiles, and puts its programs in the persistent cache
     store = R.StudyDir(tmp_path / "k")
     ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
     wait_for_checkpoint([killed], ckpt, 2 * k)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
+    reference = start(tmp_path / "ref")  # the uninterrupted run, beside the resumed one: both find them there
     with np.load(ckpt) as z:
         done = int(z["record/done"])
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
