@@ -159,13 +159,12 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
     assert [len(a) for a in seen] == n_arms, seen
 
 
-@pytest.mark.slow
 def test_masked_arms_lose_to_nan_scores():
     scores = jnp.asarray([[jnp.nan, -jnp.inf, 5.0], [jnp.nan, jnp.nan, 7.0]])
-    masked = masked_scores(scores, jnp.asarray([2, 1]))
-    for k in range(50):
-        arms = np.asarray(break_ties(jax.random.key(k), masked))
-        assert arms[0] in (0, 1) and arms[1] == 0
+    draw = jax.jit(jax.vmap(lambda k: break_ties(jax.random.key(k), masked_scores(scores, jnp.asarray([2, 1])))))
+    arms = np.asarray(draw(jnp.arange(50)))  # 50 keys in one program: row k drawn with jax.random.key(k)
+    assert arms.shape == (50, 2)
+    assert np.all((arms[:, 0] == 0) | (arms[:, 0] == 1)) and np.all(arms[:, 1] == 0)
 
 
 def test_pbt_keeps_or_resamples_options_as_a_numpy_reference():
@@ -257,14 +256,31 @@ def test_space_argument_parses_options():
             cli.parse_hyperparameter(bad)
 
 
-@pytest.mark.parametrize("arg,message", [("learning_rate=fast,slow", "learning_rate is categorical"),
-                                         ("clip_eps=0.1,0.1", "'clip_eps'.*distinct"),
-                                         ("batch_size=64,0.5", "batch_size is categorical")])
+BAD_SPACE = [("learning_rate=fast,slow", "learning_rate is categorical"), ("clip_eps=0.1,0.1", "'clip_eps'.*distinct"),
+             ("batch_size=64,0.5", "batch_size is categorical")]
+
+
+def run_with_space(out, space: str) -> list[str]:
+    """`hcjax run` arguments of a one-iteration smoke study with `--space SPACE`."""
+    return ["run", "--preset", "smoke", "--iterations", "1", "--seeds", "1", "--no-progress", "--out", str(out),
+            "--space", space]
+
+
+@pytest.mark.parametrize("arg,message", BAD_SPACE)
+def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path, capsys):
+    """In process: the exit status `cli.main` returns, and the message (the command's
+    own exit status: the next test)."""
+    assert cli.main(run_with_space(tmp_path / "study", arg)) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert not (tmp_path / "study").exists()
+
+
 @pytest.mark.slow
-def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path):
+def test_bad_space_argument_is_the_commands_exit_status_2(tmp_path):
+    arg, message = BAD_SPACE[0]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "experiments", "run", "--preset", "smoke", "--iterations", "1",
-                             "--seeds", "1", "--no-progress", "--out", str(tmp_path / "study"), "--space", arg],
+    result = subprocess.run([sys.executable, "-m", "experiments", *run_with_space(tmp_path / "study", arg)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert re.search(message, result.stderr), result.stderr
