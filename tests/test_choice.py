@@ -31,13 +31,16 @@ SPACE = hcjax.Space([H("lr", 1e-5, 1e-2, "log"), H.choice("optimizer", OPTIMIZER
 PLAIN = hcjax.Space([p for p in SPACE.hyperparameters if p.options is None])  # the same without categoricals
 CAT = SPACE.is_categorical
 K = np.array([3, 5])  # options of the categoricals, in order
+# Compiled once for the module (each shape once) rather than dispatched op by op:
+decode, encode = jax.jit(SPACE.decode), jax.jit(SPACE.encode)
+plain_decode, plain_encode = jax.jit(PLAIN.decode), jax.jit(PLAIN.encode)
 
 
 def reference_decode(u: np.ndarray) -> np.ndarray:
     """(..., h) unit -> (..., h): bins for categoricals (float32 as the library), the plain space's decode else."""
     u = np.clip(np.asarray(u, np.float32), 0.0, 1.0)
     out = np.zeros(u.shape, np.float32)
-    out[..., ~CAT] = np.asarray(PLAIN.decode(u[..., ~CAT]))
+    out[..., ~CAT] = np.asarray(plain_decode(u[..., ~CAT]))
     out[..., CAT] = np.minimum(np.floor(u[..., CAT] * K.astype(np.float32)), K - 1)
     return out
 
@@ -77,12 +80,12 @@ def test_encode_decode_grid_natural_against_numpy():
     rng = np.random.default_rng(0)
     u = rng.uniform(-0.1, 1.1, size=(2000, SPACE.h)).astype(np.float32)
     u[:20, 1:3] = (np.arange(20)[:, None] % K) / K  # bin edges
-    values = np.asarray(SPACE.decode(u))
+    values = np.asarray(decode(u))
     np.testing.assert_array_equal(values, reference_decode(u))
-    unit = np.asarray(SPACE.encode(values))
-    np.testing.assert_array_equal(unit[:, ~CAT], np.asarray(PLAIN.encode(values[:, ~CAT])))
+    unit = np.asarray(encode(values))
+    np.testing.assert_array_equal(unit[:, ~CAT], np.asarray(plain_encode(values[:, ~CAT])))
     np.testing.assert_allclose(unit[:, CAT], (values[:, CAT] + 0.5) / K, rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(SPACE.decode(unit))[:, CAT], values[:, CAT])  # bin centre -> option
+    np.testing.assert_array_equal(np.asarray(decode(unit))[:, CAT], values[:, CAT])  # bin centre -> option
     for d in (2, 4, 7):
         grid = SPACE.grid(d)
         u = np.broadcast_to(np.linspace(0, 1, d), (SPACE.h, d)).T
@@ -108,10 +111,10 @@ def test_encode_decode_grid_natural_against_numpy():
 
 def test_snap_and_clip_keep_option_indices():
     x = jnp.asarray([[5e-4, 1.4, 3.6, 4.0], [5e-4, -2.0, 9.0, 4.0]])
-    np.testing.assert_array_equal(np.asarray(SPACE.clip(x))[:, 1:3], [[1, 4], [0, 4]])
-    snapped = np.asarray(SPACE.snap(SPACE.clip(x), 6))
+    clipped, snapped = map(np.asarray, jax.jit(lambda x: (SPACE.clip(x), SPACE.snap(SPACE.clip(x), 6)))(x))
+    np.testing.assert_array_equal(clipped[:, 1:3], [[1, 4], [0, 4]])
     grid = SPACE.grid(6)
-    for r, row in enumerate(np.asarray(SPACE.clip(x))):
+    for r, row in enumerate(clipped):
         assert grid[1, snapped[r, 1]] == row[1] and grid[2, snapped[r, 2]] == row[2]
 
 
@@ -135,7 +138,7 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
     ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
     rng = np.random.default_rng(d)
     key = jax.random.PRNGKey(d)
-    state = tuner.init(key)
+    state = jax.jit(tuner.init)(key)
     assert state.models.shape[:3] == (3, D ** s, D)
     ref = ReferenceController(3, D, s, n_arms=n_arms)
     arms_grid, _ = space.arm_grid(d)
@@ -170,8 +173,8 @@ def test_masked_arms_lose_to_nan_scores():
 def test_pbt_keeps_or_resamples_options_as_a_numpy_reference():
     n = 4000
     key = jax.random.key(5)
-    donors = SPACE.decode(jax.random.uniform(jax.random.key(6), (n, SPACE.h)))
-    explored = np.asarray(perturb(SPACE, key, donors, 0.3, (0.8, 1.2)))
+    donors = decode(jax.random.uniform(jax.random.key(6), (n, SPACE.h)))
+    explored = np.asarray(jax.jit(lambda k, v: perturb(SPACE, k, v, 0.3, (0.8, 1.2)))(key, donors))
     k_resample, _, k_uniform = jax.random.split(key, 3)
     resample = np.asarray(jax.random.uniform(k_resample, (n, SPACE.h))) < 0.3
     fresh = reference_decode(np.asarray(jax.random.uniform(k_uniform, (n, SPACE.h))))
@@ -192,21 +195,16 @@ def assert_option_indices(values) -> None:
 @pytest.mark.parametrize("name", sorted(hcjax.available()))
 @pytest.mark.slow
 def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
-    tuner = hcjax.make_tuner(name, SPACE, **SMALL.get(name, {}))
-
-    def run(key, objs):
-        def step(state, inp):
-            key, objective = inp
-            state, values = tuner.ask(state, key)
-            return tuner.tell(state, objective), values
-
-        return jax.lax.scan(step, tuner.init(key), (jax.random.split(key, 12), objs))[1]
-
-    assert_option_indices(jax.jit(run)(jax.random.PRNGKey(1), jnp.asarray(objectives(1, 12))))
-    host = hcjax.HostTuner(name, SPACE, seed=2, **SMALL.get(name, {}))
-    for objective in objectives(2, 3):
+    """The pure tuner's values after each ask (`values(state)`: what the jitted ask returned)
+    are option indices, and the HostTuner's asks their options: one compiled ask for both."""
+    host = hcjax.HostTuner(name, SPACE, seed=1, **SMALL.get(name, {}))
+    values_of = jax.jit(host.tuner.values)
+    for objective in objectives(1, 12):
         asked = host.ask()
+        values = np.asarray(values_of(host.state))
+        assert_option_indices(values)
         assert asked["optimizer"] in OPTIMIZERS and asked["rate"] in RATES and isinstance(asked["n"], int)
+        assert (asked["optimizer"], asked["rate"]) == (OPTIMIZERS[int(values[1])], RATES[int(values[2])])
         host.tell(objective)
     copy = pickle.loads(pickle.dumps(host))
     assert copy.ask() == host.ask()
@@ -217,7 +215,7 @@ def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
 def test_every_population_method_returns_option_indices(name):
     pop = hcjax.make_population(name, SPACE, **SMALL.get(name, {}))
     step = jax.jit(pop.step)
-    state, values = pop.init(jax.random.PRNGKey(0), 6)
+    state, values = jax.jit(pop.init, static_argnums=1)(jax.random.PRNGKey(0), 6)
     assert_option_indices(values)
     for k, objs in enumerate(objectives(3, (4, 6))):
         state, values, _ = step(state, jax.random.PRNGKey(10 + k), jnp.asarray(objs))
