@@ -31,13 +31,16 @@ SPACE = hcjax.Space([H("lr", 1e-5, 1e-2, "log"), H.choice("optimizer", OPTIMIZER
 PLAIN = hcjax.Space([p for p in SPACE.hyperparameters if p.options is None])  # the same without categoricals
 CAT = SPACE.is_categorical
 K = np.array([3, 5])  # options of the categoricals, in order
+# Compiled once for the module (each shape once) rather than dispatched op by op:
+decode, encode = jax.jit(SPACE.decode), jax.jit(SPACE.encode)
+plain_decode, plain_encode = jax.jit(PLAIN.decode), jax.jit(PLAIN.encode)
 
 
 def reference_decode(u: np.ndarray) -> np.ndarray:
     """(..., h) unit -> (..., h): bins for categoricals (float32 as the library), the plain space's decode else."""
     u = np.clip(np.asarray(u, np.float32), 0.0, 1.0)
     out = np.zeros(u.shape, np.float32)
-    out[..., ~CAT] = np.asarray(PLAIN.decode(u[..., ~CAT]))
+    out[..., ~CAT] = np.asarray(plain_decode(u[..., ~CAT]))
     out[..., CAT] = np.minimum(np.floor(u[..., CAT] * K.astype(np.float32)), K - 1)
     return out
 
@@ -77,12 +80,12 @@ def test_encode_decode_grid_natural_against_numpy():
     rng = np.random.default_rng(0)
     u = rng.uniform(-0.1, 1.1, size=(2000, SPACE.h)).astype(np.float32)
     u[:20, 1:3] = (np.arange(20)[:, None] % K) / K  # bin edges
-    values = np.asarray(SPACE.decode(u))
+    values = np.asarray(decode(u))
     np.testing.assert_array_equal(values, reference_decode(u))
-    unit = np.asarray(SPACE.encode(values))
-    np.testing.assert_array_equal(unit[:, ~CAT], np.asarray(PLAIN.encode(values[:, ~CAT])))
+    unit = np.asarray(encode(values))
+    np.testing.assert_array_equal(unit[:, ~CAT], np.asarray(plain_encode(values[:, ~CAT])))
     np.testing.assert_allclose(unit[:, CAT], (values[:, CAT] + 0.5) / K, rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(SPACE.decode(unit))[:, CAT], values[:, CAT])  # bin centre -> option
+    np.testing.assert_array_equal(np.asarray(decode(unit))[:, CAT], values[:, CAT])  # bin centre -> option
     for d in (2, 4, 7):
         grid = SPACE.grid(d)
         u = np.broadcast_to(np.linspace(0, 1, d), (SPACE.h, d)).T
@@ -108,10 +111,10 @@ def test_encode_decode_grid_natural_against_numpy():
 
 def test_snap_and_clip_keep_option_indices():
     x = jnp.asarray([[5e-4, 1.4, 3.6, 4.0], [5e-4, -2.0, 9.0, 4.0]])
-    np.testing.assert_array_equal(np.asarray(SPACE.clip(x))[:, 1:3], [[1, 4], [0, 4]])
-    snapped = np.asarray(SPACE.snap(SPACE.clip(x), 6))
+    clipped, snapped = map(np.asarray, jax.jit(lambda x: (SPACE.clip(x), SPACE.snap(SPACE.clip(x), 6)))(x))
+    np.testing.assert_array_equal(clipped[:, 1:3], [[1, 4], [0, 4]])
     grid = SPACE.grid(6)
-    for r, row in enumerate(np.asarray(SPACE.clip(x))):
+    for r, row in enumerate(clipped):
         assert grid[1, snapped[r, 1]] == row[1] and grid[2, snapped[r, 2]] == row[2]
 
 
@@ -135,7 +138,7 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
     ask, tell = jax.jit(tuner.ask), jax.jit(tuner.tell)
     rng = np.random.default_rng(d)
     key = jax.random.PRNGKey(d)
-    state = tuner.init(key)
+    state = jax.jit(tuner.init)(key)
     assert state.models.shape[:3] == (3, D ** s, D)
     ref = ReferenceController(3, D, s, n_arms=n_arms)
     arms_grid, _ = space.arm_grid(d)
@@ -159,20 +162,19 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
     assert [len(a) for a in seen] == n_arms, seen
 
 
-@pytest.mark.slow
 def test_masked_arms_lose_to_nan_scores():
     scores = jnp.asarray([[jnp.nan, -jnp.inf, 5.0], [jnp.nan, jnp.nan, 7.0]])
-    masked = masked_scores(scores, jnp.asarray([2, 1]))
-    for k in range(50):
-        arms = np.asarray(break_ties(jax.random.key(k), masked))
-        assert arms[0] in (0, 1) and arms[1] == 0
+    draw = jax.jit(jax.vmap(lambda k: break_ties(jax.random.key(k), masked_scores(scores, jnp.asarray([2, 1])))))
+    arms = np.asarray(draw(jnp.arange(50)))  # 50 keys in one program: row k drawn with jax.random.key(k)
+    assert arms.shape == (50, 2)
+    assert np.all((arms[:, 0] == 0) | (arms[:, 0] == 1)) and np.all(arms[:, 1] == 0)
 
 
 def test_pbt_keeps_or_resamples_options_as_a_numpy_reference():
     n = 4000
     key = jax.random.key(5)
-    donors = SPACE.decode(jax.random.uniform(jax.random.key(6), (n, SPACE.h)))
-    explored = np.asarray(perturb(SPACE, key, donors, 0.3, (0.8, 1.2)))
+    donors = decode(jax.random.uniform(jax.random.key(6), (n, SPACE.h)))
+    explored = np.asarray(jax.jit(lambda k, v: perturb(SPACE, k, v, 0.3, (0.8, 1.2)))(key, donors))
     k_resample, _, k_uniform = jax.random.split(key, 3)
     resample = np.asarray(jax.random.uniform(k_resample, (n, SPACE.h))) < 0.3
     fresh = reference_decode(np.asarray(jax.random.uniform(k_uniform, (n, SPACE.h))))
@@ -193,21 +195,16 @@ def assert_option_indices(values) -> None:
 @pytest.mark.parametrize("name", sorted(hcjax.available()))
 @pytest.mark.slow
 def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
-    tuner = hcjax.make_tuner(name, SPACE, **SMALL.get(name, {}))
-
-    def run(key, objs):
-        def step(state, inp):
-            key, objective = inp
-            state, values = tuner.ask(state, key)
-            return tuner.tell(state, objective), values
-
-        return jax.lax.scan(step, tuner.init(key), (jax.random.split(key, 12), objs))[1]
-
-    assert_option_indices(jax.jit(run)(jax.random.PRNGKey(1), jnp.asarray(objectives(1, 12))))
-    host = hcjax.HostTuner(name, SPACE, seed=2, **SMALL.get(name, {}))
-    for objective in objectives(2, 3):
+    """The pure tuner's values after each ask (`values(state)`: what the jitted ask returned)
+    are option indices, and the HostTuner's asks their options: one compiled ask for both."""
+    host = hcjax.HostTuner(name, SPACE, seed=1, **SMALL.get(name, {}))
+    values_of = jax.jit(host.tuner.values)
+    for objective in objectives(1, 12):
         asked = host.ask()
+        values = np.asarray(values_of(host.state))
+        assert_option_indices(values)
         assert asked["optimizer"] in OPTIMIZERS and asked["rate"] in RATES and isinstance(asked["n"], int)
+        assert (asked["optimizer"], asked["rate"]) == (OPTIMIZERS[int(values[1])], RATES[int(values[2])])
         host.tell(objective)
     copy = pickle.loads(pickle.dumps(host))
     assert copy.ask() == host.ask()
@@ -218,7 +215,7 @@ def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
 def test_every_population_method_returns_option_indices(name):
     pop = hcjax.make_population(name, SPACE, **SMALL.get(name, {}))
     step = jax.jit(pop.step)
-    state, values = pop.init(jax.random.PRNGKey(0), 6)
+    state, values = jax.jit(pop.init, static_argnums=1)(jax.random.PRNGKey(0), 6)
     assert_option_indices(values)
     for k, objs in enumerate(objectives(3, (4, 6))):
         state, values, _ = step(state, jax.random.PRNGKey(10 + k), jnp.asarray(objs))
@@ -257,14 +254,31 @@ def test_space_argument_parses_options():
             cli.parse_hyperparameter(bad)
 
 
-@pytest.mark.parametrize("arg,message", [("learning_rate=fast,slow", "learning_rate is categorical"),
-                                         ("clip_eps=0.1,0.1", "'clip_eps'.*distinct"),
-                                         ("batch_size=64,0.5", "batch_size is categorical")])
+BAD_SPACE = [("learning_rate=fast,slow", "learning_rate is categorical"), ("clip_eps=0.1,0.1", "'clip_eps'.*distinct"),
+             ("batch_size=64,0.5", "batch_size is categorical")]
+
+
+def run_with_space(out, space: str) -> list[str]:
+    """`hcjax run` arguments of a one-iteration smoke study with `--space SPACE`."""
+    return ["run", "--preset", "smoke", "--iterations", "1", "--seeds", "1", "--no-progress", "--out", str(out),
+            "--space", space]
+
+
+@pytest.mark.parametrize("arg,message", BAD_SPACE)
+def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path, capsys):
+    """In process: the exit status `cli.main` returns, and the message (the command's
+    own exit status: the next test)."""
+    assert cli.main(run_with_space(tmp_path / "study", arg)) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert not (tmp_path / "study").exists()
+
+
 @pytest.mark.slow
-def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path):
+def test_bad_space_argument_is_the_commands_exit_status_2(tmp_path):
+    arg, message = BAD_SPACE[0]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "experiments", "run", "--preset", "smoke", "--iterations", "1",
-                             "--seeds", "1", "--no-progress", "--out", str(tmp_path / "study"), "--space", arg],
+    result = subprocess.run([sys.executable, "-m", "experiments", *run_with_space(tmp_path / "study", arg)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert re.search(message, result.stderr), result.stderr

@@ -6,7 +6,7 @@ the blocked triangular solves on n = 300 with a strongly diagonal matrix, same t
 
 Vmap paths (`gp.platform_batched`): the batched and the one-matrix-at-a-time LAPACK
 calls are compared with each other and with a Python loop of unvmapped calls, at sizes
-that do not deadlock XLA:CPU (3 agents, n <= 280); the default path is read from the
+that do not deadlock XLA:CPU (3 agents, n = 152); the default path is read from the
 HLO: unbatched LAPACK calls when compiled for the CPU, batched solver calls when
 lowered for CUDA.
 """
@@ -47,93 +47,110 @@ def data(seed, n=30, m=7, dim=3):
     return X, Xs, y, mask
 
 
+ELL, R = 0.5, 0.1  # length scale and noise ratio of the reference problems
+
+
+@jax.jit
+def posterior_outputs(X, Xs, y, mask):
+    """(n, D), (m, D), (n,), (n,) bool -> the correlation C (n, n), the profiled variance,
+    mean (m,), var (m,), the log marginal likelihood and the profile likelihood: every
+    seed's data through one compiled program."""
+    C = gp.se_kernel(X, X, ELL)
+    post = gp.condition(C, y, mask, R)
+    mean, var = gp.predict(post, gp.se_kernel(X, Xs, ELL))
+    return C, post.variance, mean, var, gp.log_marginal_likelihood(post, y), gp.profile_log_likelihood(C, y, mask, R)
+
+
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.slow
 def test_posterior_and_likelihood_match_reference(seed):
     X, Xs, y, mask = data(seed)
-    ell, r = 0.5, 0.1
     f32 = lambda a: jnp.asarray(a, jnp.float32)
-    C = gp.se_kernel(f32(X), f32(X), ell)
-    close(C, ref_se(X, X, ell))
-    post = gp.condition(C, f32(y), jnp.asarray(mask), r)
-    mean, var = gp.predict(post, gp.se_kernel(f32(X), f32(Xs), ell))
+    C, variance, mean, var, lml, profile_lml = posterior_outputs(f32(X), f32(Xs), f32(y), jnp.asarray(mask))
+    close(C, ref_se(X, X, ELL))
     # Reference: drop the masked rows, profile v = y^T A^-1 y / n.
     Xv, yv = X[mask], y[mask]
-    A = ref_se(Xv, Xv, ell) + r * np.eye(len(yv))
+    A = ref_se(Xv, Xv, ELL) + R * np.eye(len(yv))
     cf = sl.cho_factor(A, lower=True)
     a = sl.cho_solve(cf, yv)
     v = yv @ a / len(yv)
-    close(post.variance, v)
-    Ks = ref_se(Xv, Xs, ell)
+    close(variance, v)
+    Ks = ref_se(Xv, Xs, ELL)
     close(mean, Ks.T @ a)
     close(var, v * (1.0 - np.einsum("ij,ij->j", Ks, sl.cho_solve(cf, Ks))))
     reference = multivariate_normal(np.zeros(len(yv)), v * A).logpdf(yv)
-    close(gp.log_marginal_likelihood(post, f32(y)), reference)
-    close(gp.profile_log_likelihood(C, f32(y), jnp.asarray(mask), r), reference)
+    close(lml, reference)
+    close(profile_lml, reference)
+
+
+@jax.jit
+def fixed_variance_outputs(X, Xs, y, mask):
+    """As `posterior_outputs` with the signal variance fixed at 2 -> ((mean (m,), var (m,)),
+    the masked gram (n, n), the log marginal likelihood)."""
+    C = gp.se_kernel(X, X, ELL)
+    post = gp.condition(C, y, mask, R, variance=2.0)
+    return gp.predict(post, gp.se_kernel(X, Xs, ELL)), gp.masked_gram(C, mask, R), gp.log_marginal_likelihood(post, y)
 
 
 def test_fixed_variance_and_masked_rows_are_inert():
     X, Xs, y, mask = data(7)
     f32 = lambda a: jnp.asarray(a, jnp.float32)
-    C = gp.se_kernel(f32(X), f32(X), 0.5)
-    post = gp.condition(C, f32(y), jnp.asarray(mask), 0.1, variance=2.0)
+    predicted, K, lml = fixed_variance_outputs(f32(X), f32(Xs), f32(y), jnp.asarray(mask))
     # Garbage in the masked targets changes nothing.
     y2 = np.where(mask, y, 1e6)
-    post2 = gp.condition(C, f32(y2), jnp.asarray(mask), 0.1, variance=2.0)
-    Cs = gp.se_kernel(f32(X), f32(Xs), 0.5)
-    for a, b in zip(gp.predict(post, Cs), gp.predict(post2, Cs)):
+    predicted2, _, _ = fixed_variance_outputs(f32(X), f32(Xs), f32(y2), jnp.asarray(mask))
+    for a, b in zip(predicted, predicted2):
         close(a, np.asarray(b, np.float64))
-    K = gp.masked_gram(C, jnp.asarray(mask), 0.1)
-    ref = np.where(mask[:, None] & mask[None, :], ref_se(X, X, 0.5) + 0.1 * np.eye(len(y)), np.eye(len(y)))
+    ref = np.where(mask[:, None] & mask[None, :], ref_se(X, X, ELL) + R * np.eye(len(y)), np.eye(len(y)))
     close(K, ref)
     Xv, yv = X[mask], y[mask]
-    A = 2.0 * (ref_se(Xv, Xv, 0.5) + 0.1 * np.eye(len(yv)))
-    close(gp.log_marginal_likelihood(post, f32(y)), multivariate_normal(np.zeros(len(yv)), A).logpdf(yv))
+    A = 2.0 * (ref_se(Xv, Xv, ELL) + R * np.eye(len(yv)))
+    close(lml, multivariate_normal(np.zeros(len(yv)), A).logpdf(yv))
 
 
 def test_time_varying_kernel():
     rng = np.random.default_rng(3)
     t1, t2 = rng.uniform(size=9), rng.uniform(size=5)
     x1, x2 = rng.uniform(size=(9, 4)), rng.uniform(size=(5, 4))
-    got = gp.tv_se_kernel(*(jnp.asarray(a, jnp.float32) for a in (t1, x1, t2, x2)), 0.7, 0.3)
+    got = jax.jit(gp.tv_se_kernel)(*(jnp.asarray(a, jnp.float32) for a in (t1, x1, t2, x2)), 0.7, 0.3)
     ref = ref_se(x1, x2, 0.7) * (1 - 0.3) ** (np.abs(t1[:, None] - t2[None, :]) / 2)
     close(got, ref)
 
 
-@pytest.mark.slow
 def test_cholesky_jitter_rescues_singular_matrix():
     # Rank-1 PSD matrix: plain Cholesky fails in float32; escalating jitter gives a finite factor.
-    v = jnp.arange(1.0, 41.0) / 40.0
-    K = jnp.outer(v, v)
-    L, jitter = jax.jit(gp.cholesky)(K)
+    v = np.arange(1.0, 41.0) / 40.0
+    K = np.outer(v, v).astype(np.float32)
+    cholesky = jax.jit(gp.cholesky)  # one program for both matrices
+    L, jitter = cholesky(K)
     assert np.all(np.isfinite(np.asarray(L)))
     assert float(jitter) > 0.0
-    np.testing.assert_allclose(np.asarray(L @ L.T), np.asarray(K), atol=float(jitter) * 2 + 1e-3)
+    np.testing.assert_allclose(np.asarray(L) @ np.asarray(L).T, K, atol=float(jitter) * 2 + 1e-3)
     # An all-NaN input falls back to a finite diagonal factor.
-    L, jitter = gp.cholesky(jnp.full((5, 5), jnp.nan))
+    L, jitter = cholesky(np.full(K.shape, np.nan, np.float32))
     assert float(jitter) == -1.0 and np.all(np.isfinite(np.asarray(L)))
 
 
-@pytest.mark.slow
 def test_blocked_triangular_solves():
     rng = np.random.default_rng(0)
     n = 300  # several blocks of gp.BLOCK plus a partial one
     A = rng.normal(size=(n, n)) / np.sqrt(n)
     L = np.tril(A, -1) * 0.5 + np.diag(1.0 + rng.uniform(size=n))
     B = rng.normal(size=(n, 6))
-    Lj = jnp.asarray(L, jnp.float32)
-    close(gp.solve_lower(Lj, jnp.asarray(B, jnp.float32)), sl.solve_triangular(L, B, lower=True))
-    close(gp.solve_upper_t(Lj, jnp.asarray(B[:, 0], jnp.float32)), sl.solve_triangular(L.T, B[:, 0], lower=False))
+    lower, upper = jax.jit(lambda L, B: (gp.solve_lower(L, B), gp.solve_upper_t(L, B[:, 0])))(
+        jnp.asarray(L, jnp.float32), jnp.asarray(B, jnp.float32))
+    close(lower, sl.solve_triangular(L, B, lower=True))
+    close(upper, sl.solve_triangular(L.T, B[:, 0], lower=False))
 
 
 def test_standardize_and_minmax():
+    standardize = jax.jit(gp.standardize)
     y = jnp.asarray([1.0, 2.0, 3.0, 1e6], jnp.float32)
     mask = jnp.asarray([True, True, True, False])
-    z = np.asarray(gp.standardize(y, mask))
+    z = np.asarray(standardize(y, mask))
     close(z, np.array([-1.2247449, 0.0, 1.2247449, 0.0]))
-    assert np.all(gp.standardize(jnp.full(4, 5.0), mask) == 0.0)
+    assert np.all(np.asarray(standardize(jnp.full(4, 5.0), mask)) == 0.0)
     cols = jnp.asarray([[0.0, 5.0], [10.0, 5.0], [99.0, 5.0]], jnp.float32)
-    scaled = gp.minmax_scale(cols, jnp.asarray([True, True, False]))
+    scaled = jax.jit(gp.minmax_scale)(cols, jnp.asarray([True, True, False]))
     close(scaled, np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
 
 
@@ -173,8 +190,8 @@ def assert_batched(calls, batch=AGENTS):
     assert any(len(dims) > 2 and dims[0] == batch for _, dims in calls), calls
 
 
-def agent_problems(n=2 * gp.BLOCK + 24, m=5, seed=0):
-    """AGENTS GP problems of n observations (two full blocks and a partial one) and m test
+def agent_problems(n=gp.BLOCK + 24, m=5, seed=0):
+    """AGENTS GP problems of n observations (a full block and a partial one) and m test
     points -> float32 arrays C (A, n, n), y (A, n), mask (A, n), Cs (A, n, m), K (A, n, n)
     where K[1] is singular (rank 1, needs jitter) and K[2] all NaN (diagonal fallback)."""
     rng = np.random.default_rng(seed)
@@ -297,10 +314,11 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
     states = jax.jit(jax.vmap(filled))(keys)
     objectives = jax.device_put(jnp.asarray([0.5, -1.0, 2.0]), CPU)
     ask_keys = jax.random.split(jax.random.key(6), AGENTS)
-    out, compiled = {}, {}
+    out, traced, compiled = {}, {}, {}
     for batched in (None, True):
-        with gp.lapack_batching(batched):
-            compiled[batched] = jax.jit(jax.vmap(decision)).lower(states, ask_keys, objectives).compile()
+        with gp.lapack_batching(batched):  # read at trace time
+            traced[batched] = jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)
+        compiled[batched] = traced[batched].lower().compile()
         out[batched] = compiled[batched](states, ask_keys, objectives)
     single = jax.jit(decision)
     at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)
@@ -312,7 +330,6 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
     assert_default_cpu_path(lapack_calls(compiled[None].as_text()))
     # Batched: the grid search vmaps inside each agent, so stacks are (agents, grid, n, n).
     assert_batched(lapack_calls(compiled[True].as_text()))
-    cuda = stablehlo_calls(jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)
-                           .lower(lowering_platforms=("cuda",)).as_text())
+    cuda = stablehlo_calls(traced[None].lower(lowering_platforms=("cuda",)).as_text())
     assert any(t == "cusolver_potrf_ffi" and dims[0] == AGENTS for t, dims in cuda), cuda
     assert not any(t.startswith("lapack_") for t, _ in cuda), cuda

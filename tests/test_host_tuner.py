@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hcjax
+import hcjax.host
 
 SPACE = hcjax.ppo_space()
 SMALL_GP = dict(buffer=16, candidates=32, fit_points=16, refine_steps=2)
@@ -271,3 +272,23 @@ def test_state_on_the_accelerator_when_asked():
 def test_bad_device_is_refused(bad):
     with pytest.raises(ValueError, match="HostTuner.device"):
         hcjax.HostTuner("random", SPACE, device=bad)
+
+
+def test_host_tuners_built_alike_share_their_compiled_calls(monkeypatch):
+    """A restored checkpoint or a pickled copy compiles nothing: HostTuners of one name,
+    space and options run the same jitted calls; any other option or space field, even a
+    default, gets its own, and only the last SHARED_PROGRAMS sets are kept."""
+    first = hcjax.HostTuner("hypercontroller", SPACE, seed=1, d=4)
+    again = hcjax.HostTuner("hypercontroller", hcjax.ppo_space(), seed=9, d=4, device="cpu")
+    assert (again._ask, again._tell) == (first._ask, first._tell)
+    others = [hcjax.HostTuner("hypercontroller", SPACE, d=5), hcjax.HostTuner("hypercontroller", SPACE, d=4, s=2),
+              hcjax.HostTuner("hypercontroller", hcjax.ppo_space(batch_size=(1000, 7000)), d=4),
+              hcjax.HostTuner("random", SPACE)]
+    assert len({first._ask, *(t._ask for t in others)}) == 5
+    moved = hcjax.Space([p if p.name != "gae_lambda" else hcjax.Hyperparameter("gae_lambda", 0.9, 1.0, default=0.97)
+                         for p in SPACE.hyperparameters])
+    assert hcjax.HostTuner("hypercontroller", moved, d=4)._ask != first._ask  # only the default differs
+    monkeypatch.setattr(hcjax.host, "SHARED_PROGRAMS", 2)
+    for d in (6, 7):  # two sets not built before
+        hcjax.HostTuner("hypercontroller", SPACE, d=d)
+    assert hcjax.HostTuner("hypercontroller", SPACE, d=4)._ask != first._ask  # dropped: compiled anew
