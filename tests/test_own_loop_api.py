@@ -2,6 +2,7 @@
 name under jit (`Space.as_dict`), the configuration in effect (`Tuner.values`), tell then
 ask on deciding iterations only (`Tuner.step`), objective helpers (`hcjax.objectives`),
 optax hyperparameters (`hcjax.optax`), and PBT's `min_gap`."""
+import functools
 import math
 
 import jax
@@ -20,8 +21,17 @@ SMALL = {"gp_ucb": dict(buffer=8, candidates=8, fit_points=8, refine_steps=2),
 TUNERS = ("fixed", "random", "random_start", "hypercontroller", "hyperband", "gp_ucb", "pb2")
 
 
+@functools.cache
 def make(name):
+    """One tuner per name for the module: its jitted functions compile once for every test."""
     return hcjax.make_tuner(name, SPACE, **SMALL.get(name, {}))
+
+
+@functools.cache
+def jitted(name):
+    """(values, ask, tell) of make(name), jitted once for the module."""
+    tuner = make(name)
+    return jax.jit(tuner.values), jax.jit(tuner.ask), jax.jit(tuner.tell)
 
 
 def test_every_tuner_is_tested():
@@ -44,7 +54,7 @@ def test_as_dict_under_jit_and_vmap():
 @pytest.mark.slow
 def test_values_is_the_configuration_in_effect(name):
     tuner = make(name)
-    values, ask, tell = jax.jit(tuner.values), jax.jit(tuner.ask), jax.jit(tuner.tell)
+    values, ask, tell = jitted(name)
     state = tuner.init(jax.random.PRNGKey(3))
     first = np.asarray(values(state))
     assert first.shape == (3,) and first.dtype == np.float32
@@ -75,9 +85,10 @@ def test_values_is_the_configuration_in_effect(name):
         told = tell(told, jnp.float32(k))
 
 
-def reference_run(tuner, keys, objectives, decide):
+def reference_run(name, keys, objectives, decide):
     """The explicit sequence, one agent at a time, one jitted call at a time."""
-    ask, tell, values = jax.jit(tuner.ask), jax.jit(tuner.tell), jax.jit(tuner.values)
+    tuner = make(name)
+    values, ask, tell = jitted(name)
     out, finals = [], []
     for a in range(objectives.shape[1]):
         state, row = tuner.init(jax.random.PRNGKey(a)), []
@@ -114,7 +125,7 @@ def test_step_is_tell_then_ask_on_deciding_iterations(name):
 
     states = jax.vmap(tuner.init)(jnp.stack([jax.random.PRNGKey(a) for a in range(n)]))
     final, got = run(states)
-    want, finals = reference_run(tuner, keys, objectives, decide)
+    want, finals = reference_run(name, keys, objectives, decide)
     exact = name not in ("gp_ucb", "pb2")  # GP numbers: compiled in one program vs call by call
     check = np.testing.assert_array_equal if exact else lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5)
     check(np.asarray(got), want)
@@ -247,25 +258,30 @@ def test_set_hyperparams_changes_the_optax_update():
 def test_pbt_min_gap_ties_never_copy():
     space = hcjax.Space([hcjax.Hyperparameter("lr", 1e-4, 1e-2, "log")])
     key = jax.random.PRNGKey(0)
+
+    def jitted_population(**options):  # one program per step and init (called eagerly: a compilation per op)
+        pop = hcjax.make_population("pbt", space, **options)
+        return jax.jit(pop.init, static_argnums=1), jax.jit(pop.step)
+
     tied = jnp.full((8,), 500.0)  # every agent at CartPole's maximum
-    default = hcjax.make_population("pbt", space)
-    state, _ = default.init(key, 8)
-    _, _, parents = default.step(state, key, tied)
+    init, step = jitted_population()
+    state, _ = init(key, 8)
+    _, _, parents = step(state, key, tied)
     assert np.sum(np.asarray(parents) != np.arange(8)) == 2  # Ray Tune's rule copies the bottom quantile anyway
-    pop = hcjax.make_population("pbt", space, min_gap=0.0)
-    state, values = pop.init(key, 8)
-    new_state, new_values, parents = pop.step(state, key, tied)
+    init, step = jitted_population(min_gap=0.0)
+    state, values = init(key, 8)
+    new_state, new_values, parents = step(state, key, tied)
     np.testing.assert_array_equal(parents, np.arange(8))
     np.testing.assert_array_equal(new_values, values)
     assert int(new_state.n_replaced) == 0
     # a gap above min_gap copies, one at or below it does not, an invalid agent always is replaced
-    gapped = hcjax.make_population("pbt", space, min_gap=1.0)
-    state, _ = gapped.init(key, 4)
-    _, _, parents = gapped.step(state, key, jnp.asarray([0.0, 5.0, 5.0, 5.0]))
+    init, step = jitted_population(min_gap=1.0)
+    state, _ = init(key, 4)
+    _, _, parents = step(state, key, jnp.asarray([0.0, 5.0, 5.0, 5.0]))
     assert int(parents[0]) in (1, 2, 3) and list(np.asarray(parents[1:])) == [1, 2, 3]
-    _, _, parents = gapped.step(state, key, jnp.asarray([4.0, 5.0, 4.5, 5.0]))
+    _, _, parents = step(state, key, jnp.asarray([4.0, 5.0, 4.5, 5.0]))
     np.testing.assert_array_equal(parents, np.arange(4))
-    _, _, parents = gapped.step(state, key, jnp.asarray([jnp.nan, 5.0, 4.5, 5.0]))
+    _, _, parents = step(state, key, jnp.asarray([jnp.nan, 5.0, 4.5, 5.0]))
     assert int(parents[0]) != 0
     with pytest.raises(ValueError, match="pbt.min_gap"):
         hcjax.make_population("pbt", space, min_gap=-1.0)
