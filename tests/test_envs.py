@@ -164,12 +164,18 @@ def test_gymnax_version_guard(monkeypatch):
 
 @pytest.mark.slow
 def test_brax_registry_env_reset_step():
-    env = envs.make("brax/ant", episode_length=100)  # outside the paper's list; the one Brax jit here
-    assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 27, 8, 100)
-    np.testing.assert_array_equal(env.action_low, -np.ones(8))
-    state, obs = jax.jit(env.reset)(jax.random.PRNGKey(0))
-    state, obs2, r, d = jax.jit(env.step)(jax.random.PRNGKey(1), state, jnp.zeros(8))
-    assert obs.shape == obs2.shape == (27,) and r.dtype == jnp.float32 and d.dtype == jnp.bool_
+    # outside the paper's list, and one of Brax's cheapest to compile; reset and one step in one program
+    env = envs.make("brax/inverted_pendulum", episode_length=100)
+    assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 4, 1, 100)
+    np.testing.assert_array_equal(env.action_low, -np.ones(1))
+
+    @jax.jit
+    def reset_step(reset_key, step_key):
+        state, obs = env.reset(reset_key)
+        return (obs, *env.step(step_key, state, jnp.zeros(1))[1:])
+
+    obs, obs2, r, d = reset_step(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+    assert obs.shape == obs2.shape == (4,) and r.dtype == jnp.float32 and d.dtype == jnp.bool_
     assert np.all(np.isfinite(obs2)) and not bool(d)
 
 
@@ -178,13 +184,13 @@ def test_brax_env_objects():
     from brax import envs as brax_envs
     from brax.envs.wrappers import training
 
-    raw = brax_envs.get_environment("hopper", backend="positional")
+    raw = brax_envs.get_environment("inverted_pendulum", backend="positional")  # the cheapest to build
     env = envs.make(raw, episode_length=50)
     described = (env.backend, env.name, env.obs_size, env.action_size, env.max_episode_steps)
-    assert described == ("brax", "Hopper", 11, 3, 50)
+    assert described == ("brax", "InvertedPendulum", 4, 1, 50)
     state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]  # traced, not compiled
-    _, obs, r, d = jax.eval_shape(env.step, jax.random.PRNGKey(0), state, jnp.zeros(3))
-    assert obs.shape == (11,) and d.dtype == jnp.bool_
+    _, obs, r, d = jax.eval_shape(env.step, jax.random.PRNGKey(0), state, jnp.zeros(1))
+    assert obs.shape == (4,) and d.dtype == jnp.bool_
     wrapped = training.AutoResetWrapper(training.EpisodeWrapper(raw, 77, 1))
     assert envs.make(wrapped).max_episode_steps == 77
     with pytest.raises(ValueError, match="already has an EpisodeWrapper"):
@@ -370,7 +376,7 @@ def check_hparams_used(result, tuner, keys, cfg, host):
 
 @pytest.mark.slow
 def test_brax_smoke_hypercontroller():
-    env = envs.make("inverted_double_pendulum")  # spring backend
+    env = envs.make("inverted_pendulum")  # spring backend; Brax's cheapest pendulum to compile
     space = hcjax.ppo_space(batch_size=(32, 128))
     tuner = hcjax.make_tuner("hypercontroller", space, d=4)
     cfg = PPOConfig(num_iterations=8, num_envs=4, num_minibatches=4, update_epochs=2, hidden_sizes=(32, 32),

@@ -133,10 +133,24 @@ def test_population_recipe_refuses_to_drop_updates():
 
 
 @pytest.mark.slow
-def test_benchmark_writes_its_report(tmp_path, capsys):
+def test_benchmark_writes_its_report(tmp_path, capsys, monkeypatch):
+    # the benchmark's report at the tiny sizes of the tests above: the same four programs (2 seeds), which the
+    # session's persistent compilation cache holds once those tests ran; what is measured does not change the report
+    tiny = {"ppo_cartpole": TINY, "ppo_cartpole_tuned": TINY, "dqn_cartpole": TINY_DQN, "dqn_cartpole_tuned": TINY_DQN}
+    load = bench_own_loop.load_example
+
+    def tiny_example(name):
+        module = load(name)
+        module.CONFIG = tiny[name]
+        return module
+
+    monkeypatch.setattr(bench_own_loop, "load_example", tiny_example)
+    for pair, config in (("ppo", TINY), ("dqn", TINY_DQN)):  # --quick runs the tiny number of steps
+        monkeypatch.setitem(bench_own_loop.PAIRS, pair, (*bench_own_loop.PAIRS[pair][:3], config["TOTAL_TIMESTEPS"]))
     out = tmp_path / "own_loop.json"
-    report = bench_own_loop.main(["--seeds", "2", "--rounds", "2", "--timesteps", "1024", "--out", str(out)])
+    report = bench_own_loop.main(["--quick", "--seeds", "2", "--rounds", "2", "--out", str(out)])
     assert json.loads(out.read_text())["examples"].keys() == report["examples"].keys() == {"ppo", "dqn"}
+    assert report["examples"]["ppo"]["config"] == TINY and report["examples"]["dqn"]["config"] == TINY_DQN
     for pair in report["examples"].values():
         assert len(pair["ratios"]) == 2 and all(r > 0 for r in pair["ratios"])
         assert pair["ratio_min"] <= pair["ratio_median"] <= pair["ratio_max"] and len(pair["cpu_ratios"]) == 2
