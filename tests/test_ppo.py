@@ -1,5 +1,7 @@
 """PPO: loss vs NumPy, masking (GAE, gradient, normalisation), frames, learning, vmap, guard."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,30 +65,40 @@ def numpy_loss(mean, log_std, value, batch, mask, clip_eps, vf_coef, ent_coef):
     return np.mean(pg) + vf_coef * np.mean(vl) - ent_coef * np.mean(ent)
 
 
-def make_nets(obs_size=5, act=2, discrete=False):
-    actor = nets.Actor(act, discrete, (16, 16))
-    critic = nets.Critic((16, 16))
-    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-    params = {"actor": actor.init(k1, jnp.zeros(obs_size)), "critic": critic.init(k2, jnp.zeros(obs_size))}
+OBS, ACT = 5, 2
+ACTOR, CRITIC = nets.Actor(ACT, False, (16, 16)), nets.Critic((16, 16))
+
+
+@jax.jit
+def make_params(key):
+    """Parameters of ACTOR and CRITIC (log_std set away from 0), in one compiled program."""
+    k1, k2 = jax.random.split(key)
+    params = {"actor": ACTOR.init(k1, jnp.zeros(OBS)), "critic": CRITIC.init(k2, jnp.zeros(OBS))}
     params["actor"]["params"]["log_std"] = jnp.array([0.3, -0.5])
-    return actor, critic, params
+    return params
 
 
-def random_batch(key, B, obs_size=5, act=2):
+@functools.partial(jax.jit, static_argnums=1)
+def random_batch(key, B):
     ks = jax.random.split(key, 5)
-    return dict(obs=jax.random.normal(ks[0], (B, obs_size)), action=jax.random.normal(ks[1], (B, act)),
+    return dict(obs=jax.random.normal(ks[0], (B, OBS)), action=jax.random.normal(ks[1], (B, ACT)),
                 logp=jax.random.normal(ks[2], (B,)) - 2.0, adv=jax.random.normal(ks[3], (B,)),
                 target=jax.random.normal(ks[4], (B,)))
 
 
+def loss_of(params, batch, mask):
+    """ppo_loss of ACTOR and CRITIC: clip 0.2, vf_coef 0.5, ent_coef 0.01, Gaussian."""
+    return ppo.ppo_loss(ACTOR.apply, CRITIC.apply, params, batch, mask, 0.2, 0.5, 0.01, False)[0]
+
+
 @pytest.mark.slow
 def test_loss_matches_numpy_reference():
-    actor, critic, params = make_nets()
+    params = make_params(jax.random.PRNGKey(0))
     batch = random_batch(jax.random.PRNGKey(1), 24)
     mask = np.arange(24) < 17
-    loss, aux = ppo.ppo_loss(actor.apply, critic.apply, params, batch, jnp.asarray(mask), 0.2, 0.5, 0.01, False)
-    mean, log_std = actor.apply(params["actor"], batch["obs"])
-    value = critic.apply(params["critic"], batch["obs"])
+    loss, (mean, log_std), value = jax.jit(lambda p, b, m: (
+        loss_of(p, b, m), ACTOR.apply(p["actor"], b["obs"]), CRITIC.apply(p["critic"], b["obs"])))(
+        params, batch, jnp.asarray(mask))
     np_batch = {k: np.asarray(v) for k, v in batch.items()}
     ref = numpy_loss(np.asarray(mean), np.asarray(log_std), np.asarray(value), np_batch, mask, 0.2, 0.5, 0.01)
     np.testing.assert_allclose(float(loss), ref, rtol=1e-4, atol=1e-5)
@@ -101,13 +113,13 @@ def test_categorical_log_prob_and_entropy():
 
 @pytest.mark.slow
 def test_masked_padded_gradient_equals_unpadded():
-    actor, critic, params = make_nets()
-    batch = random_batch(jax.random.PRNGKey(2), 40)
-    loss = lambda p, b, m: ppo.ppo_loss(actor.apply, critic.apply, p, b, m, 0.2, 0.5, 0.01, False)[0]
-    ref = jax.grad(loss)(params, {k: v[:25] for k, v in batch.items()}, jnp.ones(25, bool))
+    params = make_params(jax.random.PRNGKey(0))
+    batch = {k: np.asarray(v) for k, v in random_batch(jax.random.PRNGKey(2), 40).items()}
+    grad = jax.jit(jax.grad(loss_of))  # one compilation per batch length (25, 40)
+    ref = grad(params, {k: v[:25] for k, v in batch.items()}, np.ones(25, bool))
     # padding holds garbage (large but finite values) that the mask must exclude
-    padded = {k: v.at[25:].set(37.0) for k, v in batch.items()}
-    got = jax.grad(loss)(params, padded, jnp.arange(40) < 25)
+    padded = {k: np.concatenate([v[:25], np.full_like(v[25:], 37.0)]) for k, v in batch.items()}
+    got = grad(params, padded, np.arange(40) < 25)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, ref)
 
 
@@ -235,8 +247,8 @@ def test_cartpole_fixed_learns():
 @pytest.mark.slow
 def test_vmapped_agents_equal_separate_runs(cartpole):
     keys = jax.random.split(jax.random.PRNGKey(7), 4)
-    vstate = jax.jit(jax.vmap(cartpole["learner"].init))(keys)
-    vstate, vm = jax.jit(jax.vmap(lambda s: cartpole["learner"].iterate(s, CP_SEG)))(vstate)
+    learner = cartpole["learner"]
+    vstate, vm = jax.jit(jax.vmap(lambda k: learner.iterate(learner.init(k), CP_SEG)))(keys)
     for i in range(4):
         state, m = cartpole["segment"](cartpole["init"](keys[i]))
         for name in ppo.METRIC_KEYS:
@@ -305,55 +317,58 @@ def tunable_space():
     return hcjax.Space(hcjax.Hyperparameter(n, lo, hi, integer=n == "batch_size") for n, (lo, hi) in bounds.items())
 
 
-@pytest.mark.slow
-def test_every_tunable_field_reaches_the_computation():
-    """One compiled program, vmapped over 1 + len(CHANGED) agents with the same key: agent 0
-    runs the config's values, agent k the same except one field. After one iteration every
-    changed field has changed the parameters (a field the learner ignored would leave
-    them bit-identical to agent 0's)."""
+@pytest.fixture(scope="module")
+def tuning():
+    """One learner whose HyperController tunes every TUNABLE field (asking every 2
+    iterations), its one-iteration segment `segment(state, start)` jitted once; `traces`
+    counts the segment's traces."""
     space = tunable_space()
-    cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=3, hidden_sizes=(16,), batch_size=64)
-    base = np.array([float(getattr(cfg, n)) for n in space.names], np.float32)
-    rows = [base] + [np.where(np.array(space.names) == n, v, base).astype(np.float32) for n, v in CHANGED.items()]
-    values = jnp.asarray(np.stack(rows))
-    learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), hcjax.make_tuner("fixed", space, values=base))
-
-    def one(values):
-        state = learner.init(jax.random.PRNGKey(0))
-        state = state.replace(hparams=values, tuner_state=state.tuner_state.replace(values=values))
-        return learner.iterate(state, 1, 0)
-
-    state, m = jax.jit(jax.vmap(one))(values)
-    np.testing.assert_allclose(np.asarray(m["hparams"][:, 0]), np.asarray(values), rtol=1e-6)
-    flat = np.stack([np.concatenate([np.ravel(x[i]) for x in jax.tree.leaves(state.params)])
-                     for i in range(len(rows))])
-    for k, name in enumerate(CHANGED, start=1):
-        assert not np.array_equal(flat[k], flat[0]), f"{name} did not change the update"
-    lr = np.asarray(state.opt_state.hyperparams["learning_rate"])
-    np.testing.assert_allclose(lr[1], CHANGED["learning_rate"], rtol=1e-6)  # the optimiser got it
-
-
-@pytest.mark.slow
-def test_changing_tuned_values_never_recompiles():
-    """HyperController changes all 11 values during the run; the segment is traced once."""
-    space = tunable_space()
-    cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), tune_every=2)
+    cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), batch_size=64,
+                        tune_every=2)
     learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), hcjax.make_tuner("hypercontroller", space, d=4))
     traces = []
 
     def segment(state, start):
         traces.append(1)
-        return learner.iterate(state, 4, start)
+        return learner.iterate(state, 1, start)
 
-    segment = jax.jit(segment)
-    state = jax.jit(learner.init)(jax.random.PRNGKey(1))
+    return dict(space=space, cfg=cfg, init=jax.jit(learner.init), segment=jax.jit(segment), traces=traces)
+
+
+@pytest.mark.slow
+def test_every_tunable_field_reaches_the_computation(tuning):
+    """One compiled iteration, run from one initial state 1 + len(CHANGED) times: first
+    with the config's values, then the same except one field. After the iteration every
+    changed field has changed the parameters (a field the learner ignored would leave
+    them bit-identical to the first run's). Iteration 0 neither tells nor asks the tuner:
+    the values set are those in effect."""
+    space, cfg = tuning["space"], tuning["cfg"]
+    base = np.array([float(getattr(cfg, n)) for n in space.names], np.float32)
+    rows = [base] + [np.where(np.array(space.names) == n, v, base).astype(np.float32) for n, v in CHANGED.items()]
+    initial = tuning["init"](jax.random.PRNGKey(0))
+    flat, lr = [], []
+    for values in rows:
+        state, m = tuning["segment"](initial.replace(hparams=jnp.asarray(values)), 0)
+        np.testing.assert_allclose(np.asarray(m["hparams"][0]), values, rtol=1e-6)
+        flat.append(np.concatenate([np.ravel(x) for x in jax.tree.leaves(state.params)]))
+        lr.append(float(state.opt_state.hyperparams["learning_rate"]))
+    for k, name in enumerate(CHANGED, start=1):
+        assert not np.array_equal(flat[k], flat[0]), f"{name} did not change the update"
+    np.testing.assert_allclose(lr[1], CHANGED["learning_rate"], rtol=1e-6)  # the optimiser got it
+    assert len(tuning["traces"]) == 1  # one compiled program for every value
+
+
+@pytest.mark.slow
+def test_changing_tuned_values_never_recompiles(tuning):
+    """HyperController changes all 11 values during 12 iterations; the segment is traced once."""
+    state = tuning["init"](jax.random.PRNGKey(1))
     seen = []
-    for k in range(3):
-        state, m = segment(state, k * 4)
+    for k in range(12):
+        state, m = tuning["segment"](state, k)
         seen.append(np.asarray(m["hparams"]))
     seen = np.concatenate(seen)
-    assert len(traces) == 1
-    assert all(len(np.unique(seen[:, i])) > 1 for i in range(space.h)), seen  # every value changed
+    assert len(tuning["traces"]) == 1
+    assert all(len(np.unique(seen[:, i])) > 1 for i in range(tuning["space"].h)), seen  # every value changed
 
 
 @pytest.mark.parametrize("name, words", [
@@ -397,21 +412,25 @@ def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iterat
     methods = hcjax.available()
     cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), tune_every=3)
     space = hcjax.ppo_space(batch_size=(32, 64))
-    tuners = [hcjax.make_tuner(m, space, **(small_gp if m in ("gp_ucb", "pb2") else {})) for m in methods]
+    tuner = stack([hcjax.make_tuner(m, space, **(small_gp if m in ("gp_ucb", "pb2") else {})) for m in methods])
     keys = jax.random.split(jax.random.PRNGKey(5), len(methods))
     which = jnp.arange(len(methods))
-    out, asks = {}, {}
-    starts = {"when_deciding": (0, None), "every_iteration": (jnp.zeros(len(methods), jnp.int32), 0)}
-    for mode, (start, start_axis) in starts.items():
-        asks[mode] = []
-        learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), counting_tuner(stack(tuners), asks[mode]))
+    asks = {"when_deciding": [], "every_iteration": []}
+    learners = {mode: ppo.make_learner(cfg, envs.make("CartPole-v1"), counting_tuner(tuner, asks[mode]))
+                for mode in asks}
 
-        def one(k, w, start, learner=learner):
+    def run(mode, start, start_axis):
+        def one(k, w, start, learner=learners[mode]):
             state = learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
             return learner.iterate(state, 7, start)
 
-        out[mode] = jax.block_until_ready(jax.jit(jax.vmap(one, in_axes=(0, 0, start_axis)))(keys, which, start))
-        asks[mode] = len(asks[mode])
+        return jax.vmap(one, in_axes=(0, 0, start_axis))(keys, which, start)
+
+    # both modes in one compiled program (a third less compilation than one program each)
+    out = jax.block_until_ready(jax.jit(lambda: {
+        "when_deciding": run("when_deciding", 0, None),
+        "every_iteration": run("every_iteration", jnp.zeros(len(methods), jnp.int32), 0)})())
+    asks = {mode: len(calls) for mode, calls in asks.items()}
     a, b = out["when_deciding"], out["every_iteration"]
     assert len(jax.tree.leaves(a)) == len(jax.tree.leaves(b))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
