@@ -281,14 +281,18 @@ def test_host_tuners_built_alike_share_their_compiled_calls(monkeypatch):
     first = hcjax.HostTuner("hypercontroller", SPACE, seed=1, d=4)
     again = hcjax.HostTuner("hypercontroller", hcjax.ppo_space(), seed=9, d=4, device="cpu")
     assert (again._ask, again._tell) == (first._ask, first._tell)
-    others = [hcjax.HostTuner("hypercontroller", SPACE, d=5), hcjax.HostTuner("hypercontroller", SPACE, d=4, s=2),
-              hcjax.HostTuner("hypercontroller", hcjax.ppo_space(batch_size=(1000, 7000)), d=4),
-              hcjax.HostTuner("random", SPACE)]
-    assert len({first._ask, *(t._ask for t in others)}) == 5
+
+    def programs(name, space=SPACE, **options):  # what a HostTuner would run, compiling nothing yet
+        return hcjax.host.shared_programs(hcjax.make_tuner(name, space, **options), options)
+
+    assert programs("hypercontroller", d=4).ask is first._ask
     moved = hcjax.Space([p if p.name != "gae_lambda" else hcjax.Hyperparameter("gae_lambda", 0.9, 1.0, default=0.97)
-                         for p in SPACE.hyperparameters])
-    assert hcjax.HostTuner("hypercontroller", moved, d=4)._ask != first._ask  # only the default differs
+                         for p in SPACE.hyperparameters])  # only a default differs
+    others = [programs("hypercontroller", d=5), programs("hypercontroller", d=4, s=2),
+              programs("hypercontroller", hcjax.ppo_space(batch_size=(1000, 7000)), d=4), programs("random"),
+              programs("hypercontroller", moved, d=4)]
+    assert len({first._ask, *(p.ask for p in others)}) == 6
     monkeypatch.setattr(hcjax.host, "SHARED_PROGRAMS", 2)
     for d in (6, 7):  # two sets not built before
-        hcjax.HostTuner("hypercontroller", SPACE, d=d)
-    assert hcjax.HostTuner("hypercontroller", SPACE, d=4)._ask != first._ask  # dropped: compiled anew
+        programs("hypercontroller", d=d)
+    assert programs("hypercontroller", d=4).ask is not first._ask  # dropped: compiled anew
