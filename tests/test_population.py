@@ -229,6 +229,7 @@ def test_donors_uniform_over_the_top_quantile():
     assert np.all(np.abs(counts - donors.size * p) < 5 * se), counts
 
 
+@pytest.mark.slow
 def test_exploit_copies_exactly_the_donors_state():
     """After a pbt step on a PPO-like batched state, every leaf of agent i equals the
     donor's leaf bit for bit (NumPy gather), and agents not replaced are untouched."""
