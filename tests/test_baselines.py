@@ -212,12 +212,13 @@ def regret_run(name, opts, n_seeds=32, decisions=100, noise=0.1):
     return float(jnp.mean(simple)), float(jnp.std(simple) / math.sqrt(n_seeds)), float(jnp.mean(last))
 
 
-@pytest.mark.optimized  # trains long: optimised code repays its compilation
 @pytest.mark.slow
 def test_gp_methods_beat_random_on_static_noisy_problem():
-    gp_opts = dict(buffer=100, candidates=128, fit_points=50, refine_steps=5)
-    # 16 seeds x 60 decisions (gp_ucb 0.008 +- 0.0015, pb2 0.014 +- 0.003, random 0.047 +- 0.006)
-    results = {name: regret_run(name, opts, n_seeds=16, decisions=60) for name, opts in
+    # Small GPs without gradient refinement (compilation dominates; the candidates alone beat random):
+    # 16 seeds x 40 decisions, mean simple regret gp_ucb 0.017, pb2 0.017, random 0.061 (key 2024;
+    # keys 1 and 2: 0.016 / 0.025 / 0.074 and 0.017 / 0.019 / 0.057)
+    gp_opts = dict(buffer=64, candidates=64, fit_points=32, refine_steps=0)
+    results = {name: regret_run(name, opts, n_seeds=16, decisions=40) for name, opts in
                [("random", {}), ("gp_ucb", gp_opts), ("pb2", gp_opts)]}
     for name, (mean, se, last) in results.items():
         print(f"{name:8s} simple regret {mean:.4f} +- {se:.4f}   last-decision regret {last:.4f}")
@@ -311,11 +312,11 @@ def test_memory_estimate_bounds_xla_buffer_assignment(name, opts, agents, tight)
     ("hyperband", dict(budget=2 ** 31 - 1, eta=2), "budget=2147483647, eta=2"),
 ])
 def test_memory_limit_refuses_before_allocating(name, opts, involved):
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: a loaded machine does not inflate it
     with pytest.raises(ValueError, match=f"{name}: {involved}.* need an estimated .* GiB per agent.*above "
                                          r"memory_limit_gib=4; .*memory_limit_gib=\.\.\."):
         hcjax.make_tuner(name, SPACE, **opts)
-    assert time.perf_counter() - start < 1.0  # nothing was allocated or compiled
+    assert time.process_time() - start < 1.0  # nothing was allocated or compiled
 
 
 def test_memory_limit_can_be_raised_or_lowered():

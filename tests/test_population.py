@@ -1,7 +1,7 @@
 """Population-based training over the agent axis: hcjax.population (pbt, pb2_population, exploit)."""
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
 import subprocess
@@ -21,12 +21,29 @@ from hcjax.population.pbt import perturb
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_PB2 = {"buffer": 64, "candidates": 32, "fit_points": 32}
+SMALL = {"pb2_population": SMALL_PB2, "hypercontroller_shared": {"d": 5, "s": 2}}
 METHODS = ["pbt", "pb2_population", "hypercontroller_shared"]
+N, POPS = 12, 16  # agents, and independent populations of the vmapped programs (`programs`)
 
 
 def small(name, space, **options):
-    """The population `name` with small GP buffers (fast tests)."""
-    return hcjax.make_population(name, space, **(SMALL_PB2 if name == "pb2_population" else {}), **options)
+    """The population `name` with small GP buffers and controller models (fast tests)."""
+    return hcjax.make_population(name, space, **SMALL.get(name, {}), **options)
+
+
+@functools.cache
+def programs(name):
+    """small(name, mixed_space()) and its jitted programs, compiled once for the module's tests:
+    init(key, n) (n static), step(state, key, objectives (n,)), and, vmapped over independent
+    populations of N agents, vinit(keys (POPS,)) and vstep(states, keys (POPS,), objectives (POPS, N))."""
+    pop = small(name, mixed_space())
+    return (pop, jax.jit(pop.init, static_argnums=1), jax.jit(pop.step),
+            jax.jit(jax.vmap(lambda key: pop.init(key, N))), jax.jit(jax.vmap(pop.step)))
+
+
+def stack(trees):
+    """Independent populations' states (or any pytrees) stacked on a new leading axis (NumPy)."""
+    return jax.tree.map(lambda *leaves: np.stack([np.asarray(x) for x in leaves]), *trees)
 
 
 def mixed_space():
@@ -142,24 +159,29 @@ def test_select_matches_numpy_reference():
     """Replaced set and donors equal the slow reference, on random objectives with ties and invalid entries."""
     rng = np.random.default_rng(0)
     cases = ((1, 0.25), (2, 0.25), (3, 0.5), (8, 0.1), (8, 0.5), (17, 0.25), (40, 0.1), (40, 0.5))
-    for trial, (n, q) in enumerate(cases):
+    batch = 8
+    fractions = (0.0, 0.0, 0.2, 0.2, 0.5, 0.7, 0.9, 1.0)
+    objectives = [np.stack([random_objectives(rng, n, invalid_fraction=f) for f in fractions]) for n, _ in cases]
+    keys = [jax.random.split(jax.random.key(trial), batch) for trial in range(len(cases))]
+
+    def draws(k, n):  # select's documented key use: (k_tie, k_donor) = split(key), uniform (n,) each
+        k_tie, k_donor = jax.random.split(k)
+        return jax.random.uniform(k_tie, (n,)), jax.random.uniform(k_donor, (n,))
+
+    @jax.jit
+    def every_case(keys, objectives):  # one program for all the cases
+        return [(jax.vmap(lambda k, o: select(k, o, quantile_size(n, q)))(ks, obj),
+                 jax.vmap(lambda k: draws(k, n))(ks)) for (n, q), ks, obj in zip(cases, keys, objectives)]
+
+    out = every_case(keys, objectives)
+    for (n, q), obj, ((replaced, parents), draw) in zip(cases, objectives, out):
         m = quantile_size(n, q)
-        batch = 8
-        objectives = np.stack([random_objectives(rng, n, invalid_fraction=f) for f in (0.0, 0.0, 0.2, 0.2, 0.5,
-                                                                                      0.7, 0.9, 1.0)])
-        keys = jax.random.split(jax.random.key(trial), batch)
-        replaced, parents = jax.jit(jax.vmap(lambda k, o: select(k, o, m)))(keys, jnp.asarray(objectives))
         assert parents.dtype == jnp.int32
-
-        def draws(k):  # select's documented key use: (k_tie, k_donor) = split(key), uniform (n,) each
-            k_tie, k_donor = jax.random.split(k)
-            return jax.random.uniform(k_tie, (n,)), jax.random.uniform(k_donor, (n,))
-
-        u_tie, u_donor = map(np.asarray, jax.jit(jax.vmap(draws))(keys))
+        replaced, parents, (u_tie, u_donor) = np.asarray(replaced), np.asarray(parents), map(np.asarray, draw)
         for b in range(batch):
-            ref_replaced, ref_parents = ref_select(objectives[b], u_tie[b], u_donor[b], m)
-            np.testing.assert_array_equal(np.asarray(replaced[b]), ref_replaced, err_msg=f"n={n} q={q} b={b}")
-            np.testing.assert_array_equal(np.asarray(parents[b]), ref_parents, err_msg=f"n={n} q={q} b={b}")
+            ref_replaced, ref_parents = ref_select(obj[b], u_tie[b], u_donor[b], m)
+            np.testing.assert_array_equal(replaced[b], ref_replaced, err_msg=f"n={n} q={q} b={b}")
+            np.testing.assert_array_equal(parents[b], ref_parents, err_msg=f"n={n} q={q} b={b}")
 
 
 def test_select_refuses_a_quantile_above_half():
@@ -170,12 +192,15 @@ def test_select_refuses_a_quantile_above_half():
 @pytest.mark.slow
 def test_invalid_agents_are_replaced_and_never_donors():
     rng = np.random.default_rng(1)
-    for n in (2, 5, 12, 29):
+    sizes = (2, 5, 12, 29)
+    objectives = [np.stack([random_objectives(rng, n, invalid_fraction=f) for f in np.linspace(0, 1, 50)])
+                  for n in sizes]
+    keys = [jax.random.split(jax.random.key(n), 50) for n in sizes]
+    out = jax.jit(lambda keys, objectives: [jax.vmap(lambda k, o: select(k, o, quantile_size(n, 0.25)))(ks, obj)
+                                            for n, ks, obj in zip(sizes, keys, objectives)])(keys, objectives)
+    for n, batch, (replaced, parents) in zip(sizes, objectives, out):
         m = quantile_size(n, 0.25)
-        objectives = np.stack([random_objectives(rng, n, invalid_fraction=f) for f in np.linspace(0, 1, 50)])
-        keys = jax.random.split(jax.random.key(n), len(objectives))
-        replaced, parents = jax.jit(jax.vmap(lambda k, o: select(k, o, m)))(keys, jnp.asarray(objectives))
-        for obj, rep, par in zip(objectives, np.asarray(replaced), np.asarray(parents)):
+        for obj, rep, par in zip(batch, np.asarray(replaced), np.asarray(parents)):
             valid = valid_np(obj)
             if not valid.any():  # no donor: nothing happens
                 assert not rep.any() and np.array_equal(par, np.arange(n))
@@ -195,7 +220,7 @@ def test_donors_uniform_over_the_top_quantile():
     """n = 12, q = 0.25: agents 9, 10, 11 are the top 3; over 3000 draws each donates ~1/3 of the time."""
     objectives = jnp.arange(12, dtype=jnp.float32)
     keys = jax.random.split(jax.random.key(3), 3000)
-    _, parents = jax.vmap(lambda k: select(k, objectives, 3))(keys)
+    _, parents = jax.jit(jax.vmap(lambda k: select(k, objectives, 3)))(keys)
     donors = np.asarray(parents)[:, :3].reshape(-1)  # agents 0, 1, 2 are always replaced
     counts = np.array([(donors == a).sum() for a in (9, 10, 11)])
     assert counts.sum() == donors.size
@@ -204,11 +229,12 @@ def test_donors_uniform_over_the_top_quantile():
     assert np.all(np.abs(counts - donors.size * p) < 5 * se), counts
 
 
+@pytest.mark.slow
 def test_exploit_copies_exactly_the_donors_state():
     """After a pbt step on a PPO-like batched state, every leaf of agent i equals the
     donor's leaf bit for bit (NumPy gather), and agents not replaced are untouched."""
     rng = np.random.default_rng(2)
-    n = 24
+    n = N
     f32 = np.float32
     tree = {
         "params": {"actor": [rng.normal(size=(n, 5, 7)).astype(f32), rng.normal(size=(n, 7)).astype(f32)],
@@ -217,10 +243,10 @@ def test_exploit_copies_exactly_the_donors_state():
         "obs_stats": {"mean": rng.normal(size=(n, 5)).astype(f32), "count": rng.uniform(size=(n,)).astype(f32)},
         "unused": None,
     }
-    pop = hcjax.make_population("pbt", mixed_space())
-    state, _ = pop.init(jax.random.key(0), n)
+    _, init, step, _, _ = programs("pbt")
+    state, _ = init(jax.random.key(0), n)
     objectives = random_objectives(rng, n)
-    _, _, parents = jax.jit(pop.step)(state, jax.random.key(5), jnp.asarray(objectives))
+    _, _, parents = step(state, jax.random.key(5), jnp.asarray(objectives))
     out = jax.jit(exploit)(jax.tree.map(jnp.asarray, tree), parents)
     parents = np.asarray(parents)
     assert (parents != np.arange(n)).sum() >= quantile_size(n, 0.25)
@@ -237,22 +263,39 @@ def test_exploit_in_place_equals_the_gather():
     """Donated buffers: the same arrays as `exploit`, for selections with and without
     invalid agents, and under vmap over populations."""
     rng = np.random.default_rng(12)
-    in_place = jax.jit(exploit_in_place, donate_argnums=0)
-    for n in (1, 7, 20):
-        m = quantile_size(n, 0.25)
-        for trial in range(6):
-            objectives = random_objectives(rng, n, invalid_fraction=float(trial % 3) * 0.3)
-            _, parents = select(jax.random.key(trial), jnp.asarray(objectives), m)
-            tree = {"w": rng.normal(size=(n, 3, 2)).astype(np.float32), "i": np.arange(n, dtype=np.int32) * 7}
-            expected = jax.tree.map(np.asarray, exploit(jax.tree.map(jnp.asarray, tree), parents))
-            out = in_place(jax.tree.map(jnp.asarray, tree), parents)
-            for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected)):
-                np.testing.assert_array_equal(np.asarray(a), b)
+    sizes, trials = (1, 7, 20), 6
+    objectives = [np.stack([random_objectives(rng, n, invalid_fraction=float(trial % 3) * 0.3)
+                            for trial in range(trials)]) for n in sizes]
+    trees = [[{"w": rng.normal(size=(n, 3, 2)).astype(np.float32), "i": np.arange(n, dtype=np.int32) * 7}
+              for _ in range(trials)] for n in sizes]
+    keys = jax.vmap(jax.random.key)(jnp.arange(trials))
+
+    @jax.jit
+    def gathered(objectives, trees):  # every size's and trial's parents and `exploit` result, one program
+        def one(n, key, obj, tree):
+            _, parents = select(key, obj, quantile_size(n, 0.25))
+            return parents, exploit(tree, parents)
+        return [jax.vmap(functools.partial(one, n))(keys, obj, tree) for n, obj, tree in zip(sizes, objectives, trees)]
+
+    expected = gathered(objectives, [stack(tree) for tree in trees])
+    parents = [np.asarray(p) for p, _ in expected]
+    in_place = jax.jit(lambda trees, parents: [exploit_in_place(t, p) for t, p in zip(trees, parents)],
+                       donate_argnums=0)  # one program: every size's tree, in place
+    for trial in range(trials):
+        out = in_place([jax.tree.map(jnp.asarray, tree[trial]) for tree in trees], [p[trial] for p in parents])
+        for (_, want), got in zip(expected, out):
+            for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[trial])
     objectives = jnp.asarray(np.stack([random_objectives(rng, 9) for _ in range(4)]))
-    _, parents = jax.vmap(lambda k, o: select(k, o, 2))(jax.random.split(jax.random.key(0), 4), objectives)
     tree = jnp.asarray(rng.normal(size=(4, 9, 5)).astype(np.float32))
-    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(exploit_in_place))(tree, parents)),
-                                  np.asarray(jax.vmap(exploit)(tree, parents)))
+
+    @jax.jit
+    def both(keys, objectives, tree):
+        _, parents = jax.vmap(lambda k, o: select(k, o, 2))(keys, objectives)
+        return jax.vmap(exploit_in_place)(tree, parents), jax.vmap(exploit)(tree, parents)
+
+    got, want = both(jax.random.split(jax.random.key(0), 4), objectives, tree)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("gather", [exploit, exploit_in_place])
@@ -371,11 +414,9 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
 def test_pb2_records_interval_changes():
     """Step 2 writes (time 1 = interval index, the configuration in effect, objective - level started from)
     for agents whose objective and starting level are valid; invalid ones take no row."""
-    space = hcjax.unit_space(2)
-    pop = hcjax.make_population("pb2_population", space, **SMALL_PB2)
-    n = 10
-    state, values0 = pop.init(jax.random.key(0), n)
-    step = jax.jit(pop.step)
+    pop, init, step, _, _ = programs("pb2_population")
+    space, n = pop.space, N
+    state, values0 = init(jax.random.key(0), n)
     obj1 = np.linspace(-1, 1, n).astype(np.float32)
     obj1[4] = np.nan
     state, values1, parents1 = step(state, jax.random.key(1), jnp.asarray(obj1))
@@ -390,8 +431,8 @@ def test_pb2_records_interval_changes():
     state2, _, _ = step(state, jax.random.key(2), jnp.asarray(obj2))
     before = obj1[parents1]
     ok = valid_np(obj2) & valid_np(before)
-    expected = sorted((1.0, *np.round(np.asarray(space.encode(values1))[i], 5), round(float(obj2[i] - before[i]), 4))
-                      for i in range(n) if ok[i])
+    unit = np.asarray(jax.jit(space.encode)(values1))
+    expected = sorted((1.0, *np.round(unit[i], 5), round(float(obj2[i] - before[i]), 4)) for i in range(n) if ok[i])
     mask = np.asarray(state2.mask)
     got = sorted((float(t), *np.round(x, 5), round(float(y), 4)) for t, x, y in
                  zip(np.asarray(state2.time)[mask], np.asarray(state2.x)[mask], np.asarray(state2.y)[mask]))
@@ -403,10 +444,10 @@ def test_pb2_records_interval_changes():
 def test_pb2_ring_buffer_wraps_and_subsamples():
     """n = 20 agents, buffer 8: each step writes 8 valid observations; the buffer stays full and finite."""
     pop = hcjax.make_population("pb2_population", hcjax.unit_space(1), buffer=8, candidates=8, fit_points=8)
-    state, _ = pop.init(jax.random.key(0), 20)
+    state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), 20)
     step = jax.jit(pop.step)
     for i in range(4):
-        state, values, _ = step(state, jax.random.key(i), jnp.arange(20, dtype=jnp.float32) * (i + 1))
+        state, values, _ = step(state, jax.random.key(i), np.arange(20, dtype=np.float32) * (i + 1))
     assert np.asarray(state.mask).all() and int(state.ptr) == (3 * 8) % 8
     assert set(np.asarray(state.time).tolist()) == {3.0}  # written by the 4th step: interval 3
     assert np.all(np.isfinite(np.asarray(values)))
@@ -451,11 +492,9 @@ def test_batch_ucb_equals_explicit_conditioning():
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.slow
 def test_invalid_objectives_never_poison_the_state(name):
-    space = mixed_space()
-    pop = small(name, space)
-    n = 12
-    state, values = pop.init(jax.random.key(0), n)
-    step = jax.jit(pop.step)
+    pop, init, step, _, _ = programs(name)
+    space, n = pop.space, N
+    state, values = init(jax.random.key(0), n)
     rng = np.random.default_rng(8)
     invalid = 0
     for i in range(6):
@@ -485,146 +524,144 @@ def test_invalid_objectives_never_poison_the_state(name):
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.slow
 def test_vmap_over_populations_equals_separate_runs(name):
-    pop = small(name, mixed_space())
-    P, n, steps = 3, 8, 3
+    """P populations initialised and stepped by the vmapped programs equal each population
+    initialised and stepped alone (a Python loop over the single-population programs)."""
+    _, init, step, vinit, vstep = programs(name)
+    P, steps = POPS, 3
     rng = np.random.default_rng(9)
-    objectives = jnp.asarray(rng.normal(size=(steps, P, n)).astype(np.float32))
+    objectives = rng.normal(size=(steps, P, N)).astype(np.float32)
     init_keys = jax.random.split(jax.random.key(0), P)
     step_keys = jax.random.split(jax.random.key(1), (steps, P))
-
-    def run(k_init, k_steps, objs):
-        state, values = pop.init(k_init, n)
-        out = []
-        for s in range(steps):
-            state, values, parents = pop.step(state, k_steps[s], objs[s])
-            out.append((values, parents))
-        return out
-
-    batched = jax.jit(jax.vmap(run, (0, 1, 1)))(init_keys, step_keys, objectives)
-    single = jax.jit(run)
+    state, values = vinit(init_keys)
+    batched = [(values, None)]
+    for s in range(steps):
+        state, values, parents = vstep(state, step_keys[s], objectives[s])
+        batched.append((values, parents))
     for p in range(P):
-        separate = single(init_keys[p], step_keys[:, p], objectives[:, p])
+        state, values = init(init_keys[p], N)
+        separate = [(values, None)]
+        for s in range(steps):
+            state, values, parents = step(state, step_keys[s, p], objectives[s, p])
+            separate.append((values, parents))
         for (bv, bp), (sv, sp) in zip(batched, separate):
-            np.testing.assert_array_equal(np.asarray(bp[p]), np.asarray(sp))
-            np.testing.assert_allclose(np.asarray(bv[p]), np.asarray(sv), rtol=1e-5)
+            if sp is not None:
+                np.testing.assert_array_equal(np.asarray(bp)[p], np.asarray(sp))
+            np.testing.assert_allclose(np.asarray(bv)[p], np.asarray(sv), rtol=1e-5)
 
 
 SHARDING_SCRIPT = textwrap.dedent("""
-    import json, os, sys
+    import os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-    import jax, jax.numpy as jnp, numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jax, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
     import hcjax
+    from tests.test_population import METHODS, N, mixed_space, small
     assert len(jax.devices()) == 4
-    mesh = Mesh(np.array(jax.devices()), ("agent",))
+    mesh = hcjax.population.agent_mesh()
     agent, rep = NamedSharding(mesh, P("agent")), NamedSharding(mesh, P())
-    n, report = 16, {}
-    space = hcjax.ppo_space()
-    rng = np.random.default_rng(0)
-    for name, opts in (("pbt", {}), ("pb2_population", {"buffer": 64, "candidates": 32, "fit_points": 32}),
-                       ("hypercontroller_shared", {"d": 5, "s": 2})):
-        pop = hcjax.make_population(name, space, **opts)
-        state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), n)
-        agents = {"w": jnp.asarray(rng.normal(size=(n, 8, 4)), jnp.float32),
-                  "count": jnp.asarray(rng.uniform(size=(n,)), jnp.float32)}
-        objs = [jnp.asarray(rng.normal(size=n).astype(np.float32)) for _ in range(3)]
-        objs[1] = objs[1].at[5].set(jnp.nan)
+    rng, out = np.random.default_rng(0), {}
+    for name in METHODS:
+        pop = small(name, mixed_space())
+        state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), N)
+        agents = {"w": rng.normal(size=(N, 8, 4)).astype(np.float32), "count": rng.uniform(size=N).astype(np.float32)}
+        objs = rng.normal(size=(3, N)).astype(np.float32)
+        objs[1, 5] = np.nan
+        out.update({f"{name}/w": agents["w"], f"{name}/count": agents["count"], f"{name}/objectives": objs})
 
         def step(state, agents, key, obj):
             state, values, parents = pop.step(state, key, obj)
             in_place = hcjax.population.exploit_in_place(agents, parents)
             return state, values, parents, hcjax.exploit(agents, parents), in_place
 
-        def shard(tree):  # agent-axis leaves over the 4 devices, the rest replicated
-            return jax.tree.map(lambda x: jax.device_put(x, agent if x.ndim and x.shape[0] == n else rep), tree)
-
-        one, four = (state, agents), shard((state, agents))
+        # agent-axis leaves over the 4 devices, the rest replicated
+        state, agents = jax.tree.map(lambda x: jax.device_put(x, agent if x.ndim and x.shape[0] == N else rep),
+                                     (state, agents))
         f = jax.jit(step)
         moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
-            agents, parents, mesh, hcjax.population.quantile_size(n, 0.25)))  # a program of its own
-        outs = []
+            agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))  # a program of its own
         for i, obj in enumerate(objs):
-            key = jax.random.key(10 + i)
-            s1, v1, p1, a1, b1 = f(*one, key, obj)
-            s4, v4, p4, a4, b4 = f(*four, key, jax.device_put(obj, agent))
-            c4 = moved(four[1], p4)
-            one, four = (s1, a1), (s4, a4)
-            outs.append({"parents_equal": bool(np.array_equal(p1, p4)),
-                         "values_diff": float(np.max(np.abs(np.asarray(v1) - np.asarray(v4)) / (1 + np.abs(v1)))),
-                         "agents_equal": all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a1),
-                                                                                    jax.tree.leaves(a4))),
-                         "in_place_equal": all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a1),
-                                                                                      jax.tree.leaves(b4))),
-                         "exploit_sharded_equal": all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a1),
-                                                                                             jax.tree.leaves(c4)))
-                                                  and tuple(c4["w"].sharding.spec)[:1] == ("agent",),
-                         "sharded": tuple(a4["w"].sharding.spec)[:1] == ("agent",)
-                                    and len(a4["w"].sharding.device_set) == 4,
-                         "replaced": int(np.sum(np.asarray(p1) != np.arange(n)))})
-        report[name] = outs
-    print("REPORT" + json.dumps(report))
+            state, values, parents, exploited, in_place = f(state, agents, jax.random.key(10 + i),
+                                                            jax.device_put(obj, agent))
+            results = {"exploit": exploited, "in_place": in_place, "exploit_sharded": moved(agents, parents)}
+            agents = exploited
+            out.update({f"{name}/{i}/parents": parents, f"{name}/{i}/values": values,
+                        f"{name}/{i}/sharded": tuple(exploited["w"].sharding.spec)[:1] == ("agent",)
+                                               and len(exploited["w"].sharding.device_set) == 4,
+                        f"{name}/{i}/exploit_sharded_sharded":
+                            tuple(results["exploit_sharded"]["w"].sharding.spec)[:1] == ("agent",)})
+            out.update({f"{name}/{i}/{how}/{leaf}": tree[leaf] for how, tree in results.items() for leaf in tree})
+    np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in out.items()})
 """)
 
 
 @pytest.mark.slow
-def test_sharded_agent_axis_equals_one_device():
-    """4 CPU devices, the agent axis sharded with NamedSharding(P("agent")): parents and
-    the exploited state (`exploit`, `exploit_in_place`, and `exploit_sharded`, which keeps
-    the agent sharding) equal one device's exactly, values to float rounding."""
+def test_sharded_agent_axis_equals_one_device(tmp_path):
+    """4 CPU devices (a subprocess), the agent axis sharded with NamedSharding(P("agent")):
+    parents and the exploited state (`exploit`, `exploit_in_place`, and `exploit_sharded`,
+    which keeps the agent sharding) equal one device's (this process, the module's
+    programs) exactly, values to float rounding."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT, str(tmp_path / "four.npz")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.split("REPORT", 1)[1])
-    for name, steps in report.items():
-        for s in steps:
-            assert s["parents_equal"] and s["agents_equal"] and s["in_place_equal"], (name, s)
-            assert s["exploit_sharded_equal"], (name, s)  # only the donors' rows moved, the same result
+    four = np.load(tmp_path / "four.npz")
+    gather = jax.jit(exploit)
+    for name in METHODS:
+        _, init, step, _, _ = programs(name)
+        state, _ = init(jax.random.key(0), N)
+        agents = {"w": four[f"{name}/w"], "count": four[f"{name}/count"]}
+        for i, obj in enumerate(four[f"{name}/objectives"]):
+            state, values, parents = step(state, jax.random.key(10 + i), obj)
+            parents, values = np.asarray(parents), np.asarray(values)
+            agents = jax.tree.map(np.asarray, gather(agents, parents))
+            np.testing.assert_array_equal(four[f"{name}/{i}/parents"], parents, err_msg=f"{name} step {i}")
+            for how in ("exploit", "in_place", "exploit_sharded"):  # exploit_sharded: only the donors' rows moved
+                for leaf in agents:
+                    np.testing.assert_array_equal(four[f"{name}/{i}/{how}/{leaf}"], agents[leaf],
+                                                  err_msg=f"{name} step {i} {how} {leaf}")
+            assert four[f"{name}/{i}/exploit_sharded_sharded"], (name, i)
             # The exploited state stays sharded over the 4 devices (hypercontroller_shared's parents
             # are the constant identity, whose gather XLA may replicate: nothing is exploited there).
-            assert s["sharded"] or name == "hypercontroller_shared", (name, s)
-            assert s["values_diff"] < 1e-5, (name, s)
-            assert s["replaced"] >= (0 if name == "hypercontroller_shared" else quantile_size(16, 0.25)), (name, s)
+            assert four[f"{name}/{i}/sharded"] or name == "hypercontroller_shared", (name, i)
+            assert np.max(np.abs(four[f"{name}/{i}/values"] - values) / (1 + np.abs(values))) < 1e-5, (name, i)
+            replaced = int(np.sum(parents != np.arange(N)))
+            assert replaced >= (0 if name == "hypercontroller_shared" else quantile_size(N, 0.25)), (name, i)
 
 
 # ---------------------------------------------------------------------------------------- a population problem
 
 
-def synthetic_best(pop, key, n: int = 16, intervals: int = 30, explore: bool = True):
-    """A drifting population problem: agent i's network level theta_i gains
-    1 - 8 (x_i - x*(t))^2 + 0.1 noise per interval, x*(t) = 0.5 + 0.35 sin(2 pi t / 30),
-    x_i its hyperparameter. With `explore`, `pop.step` runs after every interval on the
-    levels and theta follows the parents; without, the initial random configurations
-    stay fixed (independent random search). Returns the best final level."""
-    k_init, k_run = jax.random.split(key)
-    state, values = pop.init(k_init, n)
-
-    def interval(carry, inp):
-        state, theta, values = carry
-        t, k = inp
-        k_noise, k_step = jax.random.split(k)
-        target = 0.5 + 0.35 * jnp.sin(2 * jnp.pi * t / 30.0)
-        theta = theta + 1.0 - 8.0 * (values[:, 0] - target) ** 2 + 0.1 * jax.random.normal(k_noise, (n,))
+def synthetic_best(name, seed: int, explore: bool, intervals: int = 30):
+    """A drifting population problem, POPS independent populations of N agents (vmapped):
+    agent i's network level theta_i gains 1 - 8 (x_i - x*(t))^2 + 0.1 noise per interval,
+    x*(t) = 0.5 + 0.35 sin(2 pi t / 30), x_i its "clip" hyperparameter in [0, 1] units.
+    With `explore`, the population steps after every interval on the levels and theta
+    follows the parents; without, the initial random configurations stay fixed
+    (independent random search; the same noise). Returns each population's best final level."""
+    _, _, _, vinit, vstep = programs(name)
+    rng = np.random.default_rng(seed)
+    k_init, k_run = jax.random.split(jax.random.key(seed))
+    state, values = vinit(jax.random.split(k_init, POPS))
+    step_keys = jax.random.split(k_run, (intervals, POPS))
+    low, high = mixed_space().low[1], mixed_space().high[1]
+    theta = np.zeros((POPS, N))
+    for t in range(intervals):
+        x = (np.asarray(values)[..., 1] - low) / (high - low)
+        target = 0.5 + 0.35 * np.sin(2 * np.pi * t / 30.0)
+        theta = theta + 1.0 - 8.0 * (x - target) ** 2 + 0.1 * rng.normal(size=theta.shape)
         if explore:
-            state, values, parents = pop.step(state, k_step, theta)
-            theta = theta[parents]
-        return (state, theta, values), None
-
-    (_, theta, _), _ = jax.lax.scan(interval, (state, jnp.zeros(n), values),
-                                    (jnp.arange(intervals, dtype=jnp.float32), jax.random.split(k_run, intervals)))
-    return jnp.max(theta)
+            state, values, parents = vstep(state, step_keys[t], theta.astype(np.float32))
+            theta = np.take_along_axis(theta, np.asarray(parents), axis=1)
+    return theta.max(axis=1)
 
 
-@pytest.mark.parametrize("name,options", [("pbt", {}), ("pb2_population", SMALL_PB2)])
+@pytest.mark.parametrize("name", ["pbt", "pb2_population"])
 @pytest.mark.slow
-def test_population_beats_independent_random_search(name, options):
-    """64 seeds (vmapped populations): the best final level of PBT / PB2 exceeds that of
+def test_population_beats_independent_random_search(name):
+    """POPS seeds (vmapped populations): the best final level of PBT / PB2 exceeds that of
     independent random search (same initial configurations) by > 3 paired standard errors."""
-    pop = hcjax.make_population(name, hcjax.unit_space(1), **options)
-    keys = jax.random.split(jax.random.key(2026), 64)
-    tuned = np.asarray(jax.jit(jax.vmap(lambda k: synthetic_best(pop, k)))(keys), np.float64)
-    fixed = np.asarray(jax.jit(jax.vmap(lambda k: synthetic_best(pop, k, explore=False)))(keys), np.float64)
+    tuned, fixed = synthetic_best(name, 2026, explore=True), synthetic_best(name, 2026, explore=False)
     diff = tuned - fixed
     se = diff.std(ddof=1) / math.sqrt(diff.size)
     assert diff.mean() > 3 * se, (tuned.mean(), fixed.mean(), se)
@@ -646,15 +683,19 @@ def test_shared_controller_with_one_agent_is_the_tuner(s, beta):
     state, values = pop.init(key, 1)
     tstate = tuner.init(jax.random.split(key, 1)[0])
     np.testing.assert_array_equal(np.asarray(values[0]), np.asarray(space.grid(5))[[0, 1], tstate.arms])
-    step, tell, ask = jax.jit(pop.step), jax.jit(tuner.tell), jax.jit(tuner.ask)
+
+    @jax.jit
+    def both(state, tstate, k, x):  # the population's step and, independently, the tuner's tell then ask
+        state, values, parents = pop.step(state, k, x[None])
+        tstate, tvalues = tuner.ask(tuner.tell(tstate, x), jax.random.split(k, 1)[0])
+        return state, values, parents, tstate, tvalues
+
     rng = np.random.default_rng(s)
     for i in range(120):
         x = np.float32(rng.normal() if i % 13 else np.nan)
-        k = jax.random.key(i + 1)
-        state, values, parents = step(state, k, jnp.asarray([x]))
-        tstate, tvalues = ask(tell(tstate, x), jax.random.split(k, 1)[0])
-        np.testing.assert_array_equal(np.asarray(values[0]), np.asarray(tvalues), err_msg=f"step {i}")
-        assert int(parents[0]) == 0
+        state, values, parents, tstate, tvalues = both(state, tstate, jax.random.key(i + 1), x)
+        np.testing.assert_array_equal(np.asarray(values)[0], np.asarray(tvalues), err_msg=f"step {i}")
+        assert int(np.asarray(parents)[0]) == 0
     np.testing.assert_allclose(np.asarray(state.models), np.asarray(tstate.models), rtol=1e-5, atol=1e-5)
     assert int(state.t[0]) == int(tstate.t) and int(state.n_invalid[0]) == int(tstate.n_invalid) == 10
 
@@ -699,11 +740,11 @@ def test_shared_models_pool_every_agents_observations():
 
 @pytest.mark.slow
 def test_shared_statistics_lower_lgds_regret():
-    """16 agents on the same LGDS problems (h = 2, d = 10, 500 steps, 48 problems): the
+    """16 agents on the same LGDS problems (h = 2, d = 10, 200 steps, 32 problems): the
     shared models' mean regret per agent is lower than independent controllers' by more
     than 3 paired standard errors (experiments/lgds_population.py)."""
     from experiments.benchmarks.lgds_population import measure
 
-    row = measure(seeds=48, n_agents=16, steps=500, seed=3)
+    row = measure(seeds=32, n_agents=16, steps=200, seed=3)
     assert row["shared_minus_independent"] < -3 * row["paired_se"], row["shared_minus_independent"]
     assert row["independent"] < row["random"]
