@@ -245,10 +245,11 @@ def test_a_run_with_a_file_in_the_way_under_tensorboard_warns_before_training_an
     blocked = out / "tensorboard" / "CartPole-v1__fixed" / "seed_0"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("in the way")
-    code = cli.main(["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress",
-                     "--methods", "fixed", "--out", str(out), "--tensorboard"])
+    study = tmp_path / "study.toml"
+    study.write_text(FUSED_STUDY)  # the study of the first test: its programs, kept in this process
+    code = cli.main(["run", "--config", str(study), "--no-plot", "--no-progress", "--out", str(out), "--tensorboard"])
     err = capsys.readouterr().err
-    assert code == 0 and [u.meta["method"] for u in load_units(out)] == ["fixed"]
-    warning = f"live TensorBoard logging stopped for CartPole-v1 / fixed: {blocked} is in the way"
+    assert code == 0 and [u.meta["method"] for u in load_units(out)] == ["fixed", "random"]
+    warning = f"live TensorBoard logging stopped for CartPole-v1 / fixed+random: {blocked} is in the way"
     assert err.count("live TensorBoard logging stopped") == 1 and warning in err
     assert err.index(warning) < err.index("done CartPole-v1 / fixed")  # found before training
