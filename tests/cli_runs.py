@@ -38,8 +38,14 @@ def python(args, devices: int | None = None, **kw) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
-    """The output of a run that must exit 0."""
-    out, _ = proc.communicate(timeout=timeout)
+    """The output of a run that must exit 0; a run still going after `timeout` seconds is
+    killed (no process outlives the test) and the test fails with what it printed."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"still running after {timeout} s:\n{out}") from None
     assert proc.returncode == 0, out
     return out
 
