@@ -51,7 +51,30 @@ _CACHE_VAR = "HCJAX_TEST_JAX_CACHE"
 _FAST_VAR = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 
+# The costliest files first (CPU seconds from HCJAX_TEST_PROFILE on a 2-core CPU, about 30-135 s
+# each; the multi-process ones use both cores), so that under `--dist loadfile` the two workers
+# finish together: xdist's default order (files with the most tests first) left the
+# multi-process files, which have few tests, for one worker at the end (a 90 s tail).
+# Files not named here follow in pytest's order. Rank again from the profile when a file's cost moves.
+COSTLIEST_FIRST = (
+    "test_distributed.py", "test_ppo.py", "test_baselines.py", "test_population.py", "test_study_cli.py",
+    "test_population_processes.py", "test_envs.py", "test_population_study.py", "test_experiments.py",
+    "test_own_loop_example.py", "test_plots.py", "test_studyfile.py", "test_readme.py",
+    "test_reliability_paths.py", "test_choice.py", "test_study_api.py", "test_reliability_study.py",
+    "test_make_train_eval.py", "test_gp.py", "test_host_tuner.py", "test_own_loop_api.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Orders the files by COSTLIEST_FIRST (the tests of a file keep their order)."""
+    rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_configure(config):
+    # xdist schedules files in the collected order (COSTLIEST_FIRST), not by their number of tests
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if not hasattr(config, "workerinput") and _CACHE_VAR not in os.environ:  # the controller (or a lone process)
         os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="hcjax-test-jax-cache-")
         config._hcjax_cache_made = True

@@ -57,3 +57,13 @@ def test_long_functions_finds_a_long_nested_function(tmp_path):
     src.write_text(f"class A:\n    def f(self):\n        def g():\n{body}\n        return g\n")
     assert dict(long_functions(src, MAX_FUNCTION_LINES)) == {"A.f": 133, "A.f.g": 131}
     assert long_functions(src, 133) == []
+
+
+def test_the_costliest_first_order_names_existing_test_files_once():
+    """tests/conftest.py's COSTLIEST_FIRST orders xdist's files: a renamed or deleted file must
+    not linger there (its cost would silently go back to the end of the run)."""
+    from tests.conftest import COSTLIEST_FIRST
+
+    assert len(set(COSTLIEST_FIRST)) == len(COSTLIEST_FIRST)
+    missing = [name for name in COSTLIEST_FIRST if not (ROOT / "tests" / name).is_file()]
+    assert not missing, f"COSTLIEST_FIRST names files that do not exist: {missing}"
