@@ -17,7 +17,7 @@ from gymnax.environments import environment, spaces
 
 import experiments
 from experiments import cli
-from experiments.study import estimate, presets, studyfile
+from experiments.study import estimate, own_envs, presets, studyfile
 from experiments.study import store as R
 from tests.cli_runs import python
 from tests.test_readme import OWN_STUDY, python_block
@@ -251,3 +251,16 @@ def test_the_own_environment_page_runs_to_figures_and_resumes(tmp_path, monkeypa
     again = namespace["study"].run("runs/thermostat", progress=False, plot=False)
     assert again.units == result.units and again.estimate.groups == 0
     assert "skip thermostat / fixed: already finished" in capsys.readouterr().err
+
+
+def test_an_environment_object_given_again_keeps_its_build_while_among_the_recent_ones():
+    """The same object given again is the same built environment (its units' kept programs
+    apply); once GIVEN_KEPT other objects were given after it, it is built anew (nothing of it
+    is held past that)."""
+    walk = Walk()
+    first = own_envs.built(own_envs.from_object(walk).make)
+    assert own_envs.built(own_envs.from_object(walk).make) is first
+    for _ in range(own_envs.GIVEN_KEPT):
+        own_envs.from_object(Walk())
+    assert id(walk) not in own_envs._GIVEN
+    assert own_envs.built(own_envs.from_object(walk).make) is not first

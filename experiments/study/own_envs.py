@@ -23,6 +23,7 @@ import importlib
 import json
 import re
 import sys
+from collections import OrderedDict
 from typing import Any
 
 from agents import envs as agent_envs
@@ -32,7 +33,10 @@ REFERENCE = re.compile(r"(?:(?P<label>[^=\s]+)=)?(?P<module>[A-Za-z_][\w.]*):(?P
 
 
 _BUILT: dict[str, Any] = {}  # make -> the environment built in this process
-_GIVEN: dict[int, tuple[Any, Any, str]] = {}  # id -> (environment object, its build, params text)
+# id -> (environment object, its build, params text), the GIVEN_KEPT most recently given: an
+# object given again after that is built again (its units then compile again)
+_GIVEN: OrderedDict[int, tuple[Any, Any, str]] = OrderedDict()
+GIVEN_KEPT = 16  # as many as experiments.study.programs keeps unit configurations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,16 +130,20 @@ def from_object(obj, label: str | None = None) -> Own:
     """The Own of an environment object or factory (built now and registered);
     label: its name in tables and unit files (default the environment's own name). The same
     environment object (not a factory: it is called again) given again in this process keeps
-    its first build, so a second study of it reuses its units' compiled programs
-    (`experiments.study.programs`); give a new object after changing one."""
+    its first build (of the GIVEN_KEPT most recently given), so a second study of it reuses
+    its units' compiled programs (`experiments.study.programs`); give a new object after
+    changing one."""
     where = f"envs: {label or _qualified(obj)}"
     given = _GIVEN.get(id(obj))
     if given is not None and given[0] is obj:
         env, params = given[1], given[2]
+        _GIVEN.move_to_end(id(obj))
     else:
         env, params = build_object(obj, where)
         if not callable(obj):  # the entry holds the object: its id names no other while kept
             _GIVEN[id(obj)] = (obj, env, params)
+            while len(_GIVEN) > GIVEN_KEPT:
+                _GIVEN.popitem(last=False)
     return _choice(env, label, f"object:{_qualified(obj)}", params, "your own environment (a Python object)")
 
 
