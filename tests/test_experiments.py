@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import cli, deps
-from experiments.benchmarks import bench, bench_ppo
+from experiments.benchmarks import bench, bench_compile, bench_ppo
 from experiments.study import methods, presets
 from experiments.study import store as R
 from experiments.study.checks import check
@@ -207,6 +207,20 @@ def test_scaling_scan_stops_at_the_time_budget_and_at_out_of_memory(monkeypatch)
     monkeypatch.setattr(bench_ppo, "_time_count", lambda *a: (_ for _ in ()).throw(ValueError("bad")))
     with pytest.raises(ValueError):
         bench_ppo.bench_scaling(None, (1,), budget_s=1.0)
+
+
+def test_compile_benchmark_summarises_interleaved_rounds_against_the_per_array_optimizer():
+    def sample(config, optimizer, compile_s, step_s):
+        return dict(config=config, optimizer=optimizer, compile_cpu_s=compile_s, step_s=step_s, fusions=7)
+
+    samples = [sample("tiny fixed", "per array", c, 0.002) for c in (8.0, 6.0, 7.0)]
+    samples += [sample("tiny fixed", "flat", c, s) for c, s in ((5.0, 0.001), (4.0, 0.003), (6.0, 0.002))]
+    per_array, flat = bench_compile.summarise(samples)
+    assert per_array["compile_cpu_s"] == 7.0 and per_array["compile_ratio"] == 1.0 and per_array["rounds"] == 3
+    assert flat["compile_cpu_s"] == 5.0 and flat["compile_ratio"] == pytest.approx(5 / 7)
+    assert flat["compile_range"] == "4.00-6.00" and flat["step_ms"] == pytest.approx(2.0)
+    assert flat["step_range_ms"] == "1.0-3.0"
+    assert "bench_compile" in bench.SCRIPTS
 
 
 def test_the_methods_table_covers_exactly_the_registries():

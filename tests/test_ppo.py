@@ -5,11 +5,13 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import hcjax
 from agents import envs, ppo
 from agents import networks as nets
+from agents.ppo.learner import make_optimizer
 from agents.wrappers import init_obs_stats, update_obs_stats
 
 # ---- configuration ---------------------------------------------------------------------
@@ -102,6 +104,46 @@ def test_loss_matches_numpy_reference():
     np_batch = {k: np.asarray(v) for k, v in batch.items()}
     ref = numpy_loss(np.asarray(mean), np.asarray(log_std), np.asarray(value), np_batch, mask, 0.2, 0.5, 0.01)
     np.testing.assert_allclose(float(loss), ref, rtol=1e-4, atol=1e-5)
+
+
+def numpy_clipped_adam(params, grads_seq, lr, max_norm, eps, b1=0.9, b2=0.999):
+    """Global-norm clipping then Adam, per array in plain NumPy (float64): the params after each step."""
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    out, params = [], dict(params)
+    for t, grads in enumerate(grads_seq, start=1):
+        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+        scale = min(1.0, max_norm / norm)
+        for k, g in grads.items():
+            g = g * scale
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v2[k] = b2 * v2[k] + (1 - b2) * g ** 2
+            params[k] = params[k] - lr * (m[k] / (1 - b1 ** t)) / (np.sqrt(v2[k] / (1 - b2 ** t)) + eps)
+        out.append(dict(params))
+    return out
+
+
+def test_flat_optimizer_is_clipped_adam_per_array():
+    """PPO's optimiser on one flat vector (optax.flatten) equals clipped Adam computed array
+    by array (NumPy reference), with the clip inactive (small gradients) and active (large)."""
+    rng = np.random.default_rng(0)
+    params = {"w": rng.normal(size=(3, 5)), "b": rng.normal(size=5), "v": rng.normal(size=(5, 1))}
+    grads_seq = [{k: rng.normal(size=v.shape) * scale for k, v in params.items()} for scale in (0.01, 0.02, 5.0, 9.0)]
+    tx = make_optimizer(3e-3, 1.0, 1e-5)
+
+    @jax.jit
+    def run(params, grads_seq):
+        state, out = tx.init(params), []
+        for grads in grads_seq:
+            updates, state = tx.update(grads, state, params)
+            params = optax.apply_updates(params, updates)
+            out.append(params)
+        return out
+
+    f32 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), (params, grads_seq))
+    for got, want in zip(run(*f32), numpy_clipped_adam(params, grads_seq, 3e-3, 1.0, 1e-5)):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
+    assert jax.tree.leaves(tx.init(f32[0]))[1].shape == (3 * 5 + 5 + 5,)  # Adam's moments: one flat vector
 
 
 def test_categorical_log_prob_and_entropy():

@@ -103,8 +103,14 @@ class Parts(NamedTuple):
     action_high: jax.Array
 
 
-def _make_opt(learning_rate, max_grad_norm, adam_eps):
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
+def make_optimizer(learning_rate, max_grad_norm, adam_eps, flat: bool = True):
+    """PPO's optimiser: gradients clipped to a global norm, then Adam. flat: on one vector of
+    every parameter (`optax.flatten`), the same elementwise arithmetic as per weight array (the
+    global norm sums in another order: equal to float32 rounding) in about a fifth less XLA
+    compilation of a training program (one Adam update instead of one per array;
+    experiments/benchmarks/bench_compile.py); its state holds flat moment vectors."""
+    tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
+    return optax.flatten(tx) if flat else tx
 
 
 def make_learner(config: PPOConfig, env, tuner) -> Learner:
@@ -130,7 +136,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     N, M = max_steps * config.num_envs, config.num_minibatches
     if N < M:
         raise ValueError(f"PPOConfig.num_minibatches must be <= max batch {N} (num_envs x max_steps), got {M}")
-    opt = optax.inject_hyperparams(_make_opt)(**{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
+    opt = optax.inject_hyperparams(make_optimizer)(**{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
     p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
               max_steps=max_steps, num_samples=N, minibatch_length=-(-N // M),
               actor=nets.Actor(env.action_size, env.discrete, config.hidden_sizes, config.activation,

@@ -8,6 +8,7 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_population_distributed  the same over a sharded agent axis, 1 vs 2 processes
     experiments.benchmarks.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
     experiments.benchmarks.bench_own_loop    the own-training-loop example, tuned / untuned wall time (4 seeds)
+    experiments.benchmarks.bench_compile     compilation and step time of a PPO program, flat vs per-array optimiser
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -30,7 +31,7 @@ from experiments.study import provenance
 from experiments.study import store as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_population_distributed", "bench_ppo",
-           "bench_own_loop")  # quickest first
+           "bench_own_loop", "bench_compile")
 
 
 class _Tee(io.StringIO):
