@@ -141,23 +141,29 @@ def run_pbt(config, rng, n_agents):
         raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
     train = make_train(config)
     first, later = jax.jit(jax.vmap(lambda r, hp: train(r, hp))), jax.jit(jax.vmap(train))
+
+    @jax.jit  # everything between two intervals in one program (op by op, each op would compile on its own)
+    def explore(out, objective, pop_state, key):
+        info = out["metrics"]  # leaves (n_agents, READY, steps, envs)
+        now = jax.vmap(hcjax.objectives.mean_return)(info["returned_episode_returns"], info["returned_episode"])
+        objective = jnp.where(jnp.isnan(now), objective, now)  # finite: the last mean return of finished episodes
+        pop_key, agents_key = jax.random.split(key)
+        pop_state, values, parents = POPULATION.step(pop_state, pop_key, objective)
+        train_state, env_state, obsv, _ = hcjax.exploit(out["runner_state"], parents)
+        keys = jax.random.split(agents_key, n_agents)  # fresh keys: a copy must not replay its donor
+        return objective, pop_state, values, parents, (train_state, env_state, obsv, keys)
+
     rng, _rng = jax.random.split(rng)
-    pop_state, values = POPULATION.init(_rng, n_agents)  # values: (n_agents, h)
+    pop_state, values = jax.jit(POPULATION.init, static_argnums=1)(_rng, n_agents)  # values: (n_agents, h)
     rngs = jax.random.split(rng, n_agents)
     out = first(rngs, SPACE.as_dict(values))
     objective, history = jnp.zeros(n_agents), [{**out["metrics"], "values": values}]
     for interval in range(1, num_updates // config["READY"]):
-        info = out["metrics"]  # leaves (n_agents, READY, steps, envs)
-        now = jax.vmap(hcjax.objectives.mean_return)(info["returned_episode_returns"], info["returned_episode"])
-        objective = jnp.where(jnp.isnan(now), objective, now)  # finite: the last mean return of finished episodes
-        pop_key, agents_key = jax.random.split(jax.random.fold_in(rng, interval))
-        pop_state, values, parents = POPULATION.step(pop_state, pop_key, objective)
-        train_state, env_state, obsv, _ = hcjax.exploit(out["runner_state"], parents)
-        keys = jax.random.split(agents_key, n_agents)  # fresh keys: a copy must not replay its donor
-        out = later(rngs, SPACE.as_dict(values), (train_state, env_state, obsv, keys))
+        objective, pop_state, values, parents, runner_state = explore(out, objective, pop_state,
+                                                                      jax.random.fold_in(rng, interval))
+        out = later(rngs, SPACE.as_dict(values), runner_state)
         history.append({**out["metrics"], "values": values, "parents": parents, "objective": objective})
     return out, history
-
 
 if __name__ == "__main__":
     out, _ = run_pbt(dict(CONFIG, READY=10), jax.random.PRNGKey(42), 4)

@@ -12,20 +12,38 @@ from agents import driver, ppo
 TINY = dict(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), eval_steps=20)
 
 
-@pytest.mark.slow
-def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values():
+N_AGENTS = 4
+
+
+@pytest.fixture(scope="module")
+def pbt_run():
+    """(space, config, result) of one driver run of PBT over 4 agents, shared by the tests below:
+    6 iterations, a population step every 2, an evaluation every 3, all in segments of one
+    iteration (one compiled segment program: lengths 2 and 1 would be two)."""
     space = hcjax.ppo_space(batch_size=(16, 32))
-    cfg = ppo.PPOConfig(**TINY)
+    cfg = ppo.PPOConfig(num_iterations=6, tune_every=2, **TINY)
+    result = driver.run(cfg, "CartPole-v1", hcjax.make_population("pbt", space), jax.random.split(
+        jax.random.PRNGKey(1), N_AGENTS), eval_every=3, segment=1)
+    return space, cfg, result
+
+
+@pytest.mark.slow
+def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values(pbt_run):
+    space, cfg, result = pbt_run
     learner = ppo.make_learner(cfg, "CartPole-v1", hcjax.make_population("pbt", space))
-    n = 4
-    states = jax.jit(jax.vmap(learner.init))(jax.random.split(jax.random.PRNGKey(0), n))
-    states, _ = jax.jit(jax.vmap(lambda s: learner.iterate(s, 2, None)))(states)
+    n = N_AGENTS
+    states = result.states  # 4 trained agents
     parents = jnp.array([0, 0, 2, 2], jnp.int32)
     values = jnp.asarray(np.stack([np.asarray(space.default, np.float32) * (1 + 0.1 * i) for i in range(n)]))
-    new = jax.jit(learner.exploit)(states, parents, values)
+
+    @jax.jit  # the exploit and the field-by-field reference in one program
+    def exploited(states, parents, values):
+        return learner.exploit(states, parents, values), {
+            field: hcjax.exploit(getattr(states, field), parents) for field in ppo.INHERITED}
+
+    new, wanted = exploited(states, parents, values)
     for field in ppo.INHERITED:
-        want = hcjax.exploit(getattr(states, field), parents)
-        for a, b in zip(jax.tree.leaves(getattr(new, field)), jax.tree.leaves(want)):
+        for a, b in zip(jax.tree.leaves(getattr(new, field)), jax.tree.leaves(wanted[field])):
             if a.dtype != jnp.float32 or field != "opt_state":
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=field)
     for field in ("env_state", "obs", "ep_running", "iteration", "key"):  # the agent's own
@@ -41,14 +59,11 @@ def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values()
 
 
 @pytest.mark.slow
-def test_driver_runs_pbt_on_a_population():
+def test_driver_runs_pbt_on_a_population(pbt_run):
     """Before: run(cfg, env, make_population("pbt", space), keys) trained every agent at the
     space's defaults, silently. Now the population steps and its lineage is returned."""
-    space = hcjax.ppo_space(batch_size=(16, 32))
-    cfg = ppo.PPOConfig(num_iterations=6, tune_every=2, **TINY)
-    n = 4
-    result = driver.run(cfg, "CartPole-v1", hcjax.make_population("pbt", space), jax.random.split(
-        jax.random.PRNGKey(1), n), eval_every=3)
+    space, _, result = pbt_run
+    n = N_AGENTS
     np.testing.assert_array_equal(result.lineage_iteration, [2, 4])
     assert result.lineage_parent.shape == (n, 2) and result.lineage_objective.shape == (n, 2)
     assert ((result.lineage_parent >= 0) & (result.lineage_parent < n)).all()

@@ -257,31 +257,27 @@ def test_set_hyperparams_changes_the_optax_update():
 @pytest.mark.slow
 def test_pbt_min_gap_ties_never_copy():
     space = hcjax.Space([hcjax.Hyperparameter("lr", 1e-4, 1e-2, "log")])
-    key = jax.random.PRNGKey(0)
-
-    def jitted_population(**options):  # one program per step and init (called eagerly: a compilation per op)
-        pop = hcjax.make_population("pbt", space, **options)
-        return jax.jit(pop.init, static_argnums=1), jax.jit(pop.step)
-
+    ray, ties, gap = (hcjax.make_population("pbt", space, **options)
+                      for options in ({}, {"min_gap": 0.0}, {"min_gap": 1.0}))
     tied = jnp.full((8,), 500.0)  # every agent at CartPole's maximum
-    init, step = jitted_population()
-    state, _ = init(key, 8)
-    _, _, parents = step(state, key, tied)
-    assert np.sum(np.asarray(parents) != np.arange(8)) == 2  # Ray Tune's rule copies the bottom quantile anyway
-    init, step = jitted_population(min_gap=0.0)
-    state, values = init(key, 8)
-    new_state, new_values, parents = step(state, key, tied)
+    gaps = jnp.asarray([[0.0, 5.0, 5.0, 5.0], [4.0, 5.0, 4.5, 5.0], [jnp.nan, 5.0, 4.5, 5.0]])
+
+    @jax.jit  # every population's init and steps in one program (eagerly, a compilation per op)
+    def run(key):
+        ray_parents = ray.step(ray.init(key, 8)[0], key, tied)[2]
+        state, values = ties.init(key, 8)
+        gap_state = gap.init(key, 4)[0]
+        return ray_parents, values, ties.step(state, key, tied), [gap.step(gap_state, key, o)[2] for o in gaps]
+
+    ray_parents, values, (new_state, new_values, parents), gap_parents = run(jax.random.PRNGKey(0))
+    assert np.sum(np.asarray(ray_parents) != np.arange(8)) == 2  # Ray Tune's rule copies the bottom quantile anyway
     np.testing.assert_array_equal(parents, np.arange(8))
     np.testing.assert_array_equal(new_values, values)
     assert int(new_state.n_replaced) == 0
     # a gap above min_gap copies, one at or below it does not, an invalid agent always is replaced
-    init, step = jitted_population(min_gap=1.0)
-    state, _ = init(key, 4)
-    _, _, parents = step(state, key, jnp.asarray([0.0, 5.0, 5.0, 5.0]))
+    parents = gap_parents[0]
     assert int(parents[0]) in (1, 2, 3) and list(np.asarray(parents[1:])) == [1, 2, 3]
-    _, _, parents = step(state, key, jnp.asarray([4.0, 5.0, 4.5, 5.0]))
-    np.testing.assert_array_equal(parents, np.arange(4))
-    _, _, parents = step(state, key, jnp.asarray([jnp.nan, 5.0, 4.5, 5.0]))
-    assert int(parents[0]) != 0
+    np.testing.assert_array_equal(gap_parents[1], np.arange(4))
+    assert int(gap_parents[2][0]) != 0
     with pytest.raises(ValueError, match="pbt.min_gap"):
         hcjax.make_population("pbt", space, min_gap=-1.0)
