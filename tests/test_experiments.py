@@ -1,10 +1,13 @@
 """experiments/: configuration errors, presets, kill-and-resume, device sharding, plots.
 
 The runs are real (gymnax CartPole-v1, the smoke preset's 2x32 networks, 10 iterations),
-each in a subprocess through the `hcjax` command (`python -m experiments`).
+in a subprocess through the `hcjax` command (`python -m experiments`) where a kill or
+four devices need one, otherwise through `cli.main` in this process.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import time
@@ -93,7 +96,8 @@ def test_presets_are_sized_as_documented():
 
 @pytest.fixture(scope="module")
 def resumed_study(tmp_path_factory):
-    """Run two units, SIGKILL the run as soon as the first unit is on disk, run it again.
+    """Run two units, SIGKILL the run as soon as the first unit is on disk, run it again
+    (the second run in this process, `cli.main`: an interpreter less).
 
     Returns (study dir, first unit's bytes before the kill, output of the second run).
     """
@@ -110,8 +114,10 @@ def resumed_study(tmp_path_factory):
     assert not second.exists()  # the unit in flight is lost, nothing else
     assert not list(store.units_dir.glob(".*.tmp"))  # no half-written file left visible
     before = first.read_bytes()
-    log = finish(hcjax(args))
-    return out, before, log
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        assert cli.main(args) == 0, output.getvalue()
+    return out, before, output.getvalue()
 
 
 @pytest.mark.slow

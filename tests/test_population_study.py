@@ -26,7 +26,8 @@ from tests.cli_runs import cartpole_study
 SPACE = hcjax.ppo_space(batch_size=(16, 32))
 CONFIG = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), tune_every=2,
                        objective="return_change", eval_steps=50)
-STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=3, hidden=8, batch_high=32,
+# segments of 2 iterations (evaluations and population steps every 2): one segment program per method
+STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=2, hidden=8, batch_high=32,
                        eval_steps=50, extra="\n[tuner.pbt]\nquantile = 0.25\n")
 
 
@@ -109,7 +110,7 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path,
     store = R.StudyDir(tmp_path / "killed")
     with compilations() as count:  # the study's programs, kept in this process, serve both runs
         with pytest.raises(KeyboardInterrupt):
-            run(store, stop_after=3)  # segments of 2, 1, 1, 2 iterations (population steps at 2 and 4, evals at 3, 6)
+            run(store, stop_after=2)  # segments of 2 iterations (population steps at 2 and 4)
         with np.load(store.checkpoint_path(env.label, "pbt")) as z:
             assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
         resumed = run(store)

@@ -26,7 +26,7 @@ from experiments import cli, deps
 from experiments.study import engine
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, cartpole_study, hcjax, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, cartpole_study, finish, hcjax, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -323,7 +323,8 @@ CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_
 def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     """Five segments of 2 iterations; SIGKILL once the checkpoint holds segment k (k drawn
     at random), rerun: the unit equals an uninterrupted run's bit for bit, and its
-    checkpoint is gone."""
+    checkpoint is gone. The uninterrupted reference runs in this process (`cli.main`, while
+    the resumed run goes on beside it): the same programs, from the persistent cache."""
     import random
 
     study = tmp_path / "study.toml"
@@ -339,18 +340,18 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     wait_for_checkpoint([killed], ckpt, 2 * k)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
-    reference = start(tmp_path / "ref")  # the uninterrupted run, beside the resumed one: both find them there
     with np.load(ckpt) as z:
         done = int(z["record/done"])
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
     assert 2 * k <= done <= 10, (k, done)
     assert not store.unit_path("CartPole-v1", "hypercontroller").exists()
     resumed = start(tmp_path / "k")
-    log, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, log
+    try:  # the uninterrupted run, here, beside the resumed one
+        assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot",
+                         "--no-progress"]) == 0
+    finally:
+        log = finish(resumed, 300)
     assert f"resume CartPole-v1 / hypercontroller from its checkpoint after iteration {done}" in log
-    ref_log, _ = reference.communicate(timeout=300)
-    assert reference.returncode == 0, ref_log
     a = R.StudyDir(tmp_path / "ref").units()[0]
     b = store.units()[0]
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
