@@ -15,6 +15,7 @@ import pytest
 from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
+from tests.cli_runs import cartpole_study
 
 MINIMAL = 'envs = ["CartPole-v1"]\nmethods = ["fixed"]\n'
 BASE = MINIMAL + "seeds = 1\niterations = 2\n"
@@ -187,11 +188,23 @@ def test_unit_names_are_one_safe_component_and_unchanged_for_plain_labels():
 # ---- class 2: population runs shorter than one tuning interval --------------------------------
 
 
+# pbt on the tiny CartPole study of tests/cli_runs.py, 2 iterations, deciding every 5: shorter than one tuning
+# interval; the tests below run this same configuration, so that its programs are compiled once in the process
+SHORT_POPULATION = cartpole_study(["pbt"], seeds=2, iterations=2, eval_every=2).replace("tune_every = 2",
+                                                                                         "tune_every = 5")
+
+
+def short_population_run(tmp_path) -> list[str]:
+    """`hcjax run` arguments of SHORT_POPULATION into tmp_path/out."""
+    config = tmp_path / "population.toml"
+    config.write_text(SHORT_POPULATION)
+    return ["run", "--config", str(config), "--out", str(tmp_path / "out"), "--no-progress", "--no-plot"]
+
+
 @pytest.mark.slow
 def test_a_population_run_shorter_than_one_tuning_interval_writes_a_valid_unit(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
-            "--out", str(out), "--no-progress", "--no-plot"]
+    args = short_population_run(tmp_path)
     code, _, err = run_cli(args, capsys)
     assert code == 0, err
     (unit,) = R.StudyDir(out).units()
@@ -241,9 +254,10 @@ gym.register("RelStudySteady-v0", entry_point=Steady)
 @pytest.mark.slow
 def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--envs", "gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0",
-            "--methods", "fixed", "--seeds", "1", "--iterations", "2", "--out", str(out), "--no-progress",
-            "--no-plot"]
+    config = tmp_path / "study.toml"  # the tiny PPO of tests/cli_runs.py on the two host envs
+    config.write_text(cartpole_study(["fixed"], seeds=1, iterations=2, eval_every=2).replace(
+        'envs = ["CartPole-v1"]', 'envs = ["gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0"]'))
+    args = ["run", "--config", str(config), "--out", str(out), "--no-progress", "--no-plot"]
     RAISE["on"] = True
     code, stdout, err = run_cli(args, capsys)
     assert code == 1, err
@@ -270,8 +284,7 @@ def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
-            "--out", str(out), "--no-progress", "--no-plot"]
+    args = short_population_run(tmp_path)
     store = R.StudyDir(out)
     checkpoint = store.checkpoint_path("CartPole-v1", "pbt")
 
