@@ -26,7 +26,6 @@ from experiments.reporting import plots
 from experiments.study import engine, files, validate
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint, Record
-from tests.cli_runs import cartpole_study
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress",
@@ -442,7 +441,8 @@ TRUNCATIONS = {
 @pytest.mark.parametrize("what", list(TRUNCATIONS))
 def test_a_truncated_checkpoint_is_quarantined_and_the_unit_restarts(what, tmp_path):
     """The issue's reproduction: a checkpoint whose records were truncated resumed silently
-    and wrote a unit 5 iterations short."""
+    and wrote a unit 5 iterations short. (End to end, on the checkpoint of a real run:
+    tests/test_reliability_study.py, where that file's population run is compiled anyway.)"""
     store = R.StudyDir(tmp_path)
     arrays = checkpoint_arrays(record())
     TRUNCATIONS[what](arrays)
@@ -452,34 +452,6 @@ def test_a_truncated_checkpoint_is_quarantined_and_the_unit_restarts(what, tmp_p
     moved = list((tmp_path / "units" / "corrupt").glob(f"{R.unit_name('A', 'fixed')}.npz.*"))
     assert len(moved) == 1 and not path.exists()
     assert f"{path}: inconsistent checkpoint" in said[0] and str(moved[0]) in said[0] and "starts over" in said[0]
-
-
-@pytest.mark.slow
-def test_a_truncated_checkpoint_of_a_real_run_is_recomputed_in_full(tmp_path, capsys, monkeypatch):
-    """The issue's reproduction end to end: a real checkpoint (kept by a run whose clean-up
-    is switched off) with its per-iteration arrays cut to 2 of the 4 iterations its `done`
-    says; today's rerun resumed from it and wrote a unit 2 iterations short (exit 0)."""
-    config = tmp_path / "study.toml"
-    config.write_text(cartpole_study(["fixed"], seeds=1, iterations=4, eval_every=2))
-    out = tmp_path / "study"
-    store = R.StudyDir(out)
-    run = ["run", "--config", config, "--out", out, "--no-plot", "--no-progress"]
-    with monkeypatch.context() as m:
-        m.setattr(Checkpoint, "remove", lambda self: None)
-        code, _, err = main(run, capsys)
-    assert code == 0, err
-    path = store.checkpoint_path("CartPole-v1", "fixed")
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
-    assert int(arrays["record/done"]) == 4
-    arrays.update({k: v[:, :2] for k, v in arrays.items() if k.startswith("record/metric/")})
-    store.save_checkpoint("CartPole-v1", "fixed", arrays)
-    store.unit_path("CartPole-v1", "fixed").unlink()
-    code, _, err = main(run, capsys)
-    assert code == 0, err
-    assert f"{path}: inconsistent checkpoint" in err and "starts over" in err
-    unit = R.load_unit(store.unit_path("CartPole-v1", "fixed"))
-    assert unit.train_reward.shape == (1, 4) and unit.eval_iteration.tolist() == [2, 4]
 
 
 def test_a_consistent_checkpoint_still_resumes(tmp_path):

@@ -1,7 +1,9 @@
 """Issue 17, classes 2 and 3: no work lost on valid input (population runs shorter than one
 tuning interval, one failing unit among good ones, two labels sharing a unit file), and
 study files read strictly (types, empty lists, names, bounded reads, nesting) with
-every documented omission filled by its default."""
+every documented omission filled by its default; and, of class 5, a truncated checkpoint of
+a real run (the population run of this file; the other class-5 checks:
+tests/test_reliability_paths.py)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +17,7 @@ import pytest
 from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
+from experiments.study.checkpoints import Checkpoint
 from tests.cli_runs import cartpole_study
 
 MINIMAL = 'envs = ["CartPole-v1"]\nmethods = ["fixed"]\n'
@@ -303,3 +306,30 @@ def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path,
     assert code == 0 and "resume" not in err and "done CartPole-v1 / pbt" in err
     (unit,) = store.units()
     assert unit.train_reward.shape == (2, 2)
+
+
+@pytest.mark.slow
+def test_a_truncated_checkpoint_of_a_real_run_is_recomputed_in_full(tmp_path, capsys, monkeypatch):
+    """The issue's reproduction end to end: a real checkpoint (kept by a run whose clean-up
+    is switched off) with its per-iteration arrays cut to 1 of the 2 iterations its `done`
+    says; the rerun resumed from it and wrote a unit 1 iteration short (exit 0). The run is
+    SHORT_POPULATION's, whose programs the tests above compiled."""
+    out = tmp_path / "out"
+    store = R.StudyDir(out)
+    args = short_population_run(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(Checkpoint, "remove", lambda self: None)
+        code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    path = store.checkpoint_path("CartPole-v1", "pbt")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert int(arrays["record/done"]) == 2
+    arrays.update({k: v[:, :1] for k, v in arrays.items() if k.startswith("record/metric/")})
+    store.save_checkpoint("CartPole-v1", "pbt", arrays)
+    store.unit_path("CartPole-v1", "pbt").unlink()
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert f"{path}: inconsistent checkpoint" in err and "starts over" in err
+    unit = R.load_unit(store.unit_path("CartPole-v1", "pbt"))
+    assert unit.train_reward.shape == (2, 2) and unit.eval_iteration.tolist() == [2]
