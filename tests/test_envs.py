@@ -96,10 +96,15 @@ def zero_action(env):
 def test_gymnax_reset_step(name, discrete, obs_size):
     env = envs.make(name)
     assert env.discrete == discrete and env.obs_size == obs_size and not env.host and env.backend == "gymnax"
-    state, obs = env.reset(jax.random.PRNGKey(0))
+
+    @jax.jit
+    def reset_step(reset_key, step_key):  # one program (op by op, reset compiles each of its primitives)
+        state, obs = env.reset(reset_key)
+        return (obs, *env.step(step_key, state, zero_action(env))[1:])
+
+    obs, obs2, r, d = reset_step(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
     assert obs.shape == (obs_size,) and obs.dtype == jnp.float32  # MinAtar's (10, 10, 4) flattened
-    state, obs, r, d = jax.jit(env.step)(jax.random.PRNGKey(1), state, zero_action(env))
-    assert obs.shape == (obs_size,) and r.shape == () and r.dtype == jnp.float32 and d.dtype == jnp.bool_
+    assert obs2.shape == (obs_size,) and r.shape == () and r.dtype == jnp.float32 and d.dtype == jnp.bool_
 
 
 def test_gymnax_params_overrides_truncate():
@@ -358,8 +363,11 @@ def check_hparams_used(result, tuner, keys, cfg, host):
     assert set(m) == set(METRIC_KEYS)
     n, iters = m["frames"].shape
     assert iters == cfg.num_iterations and m["hparams"].shape == (n, iters, 4)
+    # the reference tuner's init, ask and tell jitted: three small programs shared by the agents
+    # (op by op, every primitive is compiled on its own: about 4 CPU s)
+    jitted = tuner._replace(init=jax.jit(tuner.init), ask=jax.jit(tuner.ask), tell=jax.jit(tuner.tell))
     for i in range(n):
-        expect = replay_tuner(tuner, keys[i], m["objective"][i], cfg.tune_every, host)
+        expect = replay_tuner(jitted, keys[i], m["objective"][i], cfg.tune_every, host)
         np.testing.assert_allclose(m["hparams"][i], expect, rtol=1e-6)
     # the batch size used is the frames collected (up to one step of all envs)
     batch = m["hparams"][..., 3]
@@ -376,7 +384,12 @@ def check_hparams_used(result, tuner, keys, cfg, host):
 
 @pytest.mark.slow
 def test_brax_smoke_hypercontroller():
-    env = envs.make("inverted_pendulum")  # spring backend; Brax's cheapest pendulum to compile
+    """PPO with HyperController on a Brax registry env through agents.envs (its State, wrappers,
+    [-1, 1] actions): Brax's own unit-test env `fast`, which has no physics to compile (a physics
+    step costs about 5 CPU s to compile per program, and PPO compiles three; the physics of
+    inverted_pendulum is compiled in test_brax_registry_env_reset_step)."""
+    env = envs.make("brax/fast", episode_length=20)
+    assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 2, 1, 20)
     space = hcjax.ppo_space(batch_size=(32, 128))
     tuner = hcjax.make_tuner("hypercontroller", space, d=4)
     cfg = PPOConfig(num_iterations=8, num_envs=4, num_minibatches=4, update_epochs=2, hidden_sizes=(32, 32),
@@ -388,7 +401,7 @@ def test_brax_smoke_hypercontroller():
     assert seen == [8]
     assert result.eval_returns.shape == (1, 1) and np.all(np.isfinite(result.eval_returns))
     check_hparams_used(result, tuner, keys, cfg, host=False)
-    assert np.isfinite(result.metrics["episode_return"][:, -1]).all()  # the pendulum falls within 8 x 32 steps
+    assert np.isfinite(result.metrics["episode_return"][:, -1]).all()  # episodes of 20 steps end within 8 x 8 steps
 
 
 @pytest.mark.slow

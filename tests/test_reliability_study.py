@@ -1,7 +1,9 @@
 """Issue 17, classes 2 and 3: no work lost on valid input (population runs shorter than one
 tuning interval, one failing unit among good ones, two labels sharing a unit file), and
 study files read strictly (types, empty lists, names, bounded reads, nesting) with
-every documented omission filled by its default."""
+every documented omission filled by its default; and, of class 5, a truncated checkpoint of
+a real run (the population run of this file; the other class-5 checks:
+tests/test_reliability_paths.py)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +17,8 @@ import pytest
 from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
+from experiments.study.checkpoints import Checkpoint
+from tests.cli_runs import cartpole_study
 
 MINIMAL = 'envs = ["CartPole-v1"]\nmethods = ["fixed"]\n'
 BASE = MINIMAL + "seeds = 1\niterations = 2\n"
@@ -187,11 +191,23 @@ def test_unit_names_are_one_safe_component_and_unchanged_for_plain_labels():
 # ---- class 2: population runs shorter than one tuning interval --------------------------------
 
 
+# pbt on the tiny CartPole study of tests/cli_runs.py, 2 iterations, deciding every 5: shorter than one tuning
+# interval; the tests below run this same configuration, so that its programs are compiled once in the process
+SHORT_POPULATION = cartpole_study(["pbt"], seeds=2, iterations=2, eval_every=2).replace("tune_every = 2",
+                                                                                         "tune_every = 5")
+
+
+def short_population_run(tmp_path) -> list[str]:
+    """`hcjax run` arguments of SHORT_POPULATION into tmp_path/out."""
+    config = tmp_path / "population.toml"
+    config.write_text(SHORT_POPULATION)
+    return ["run", "--config", str(config), "--out", str(tmp_path / "out"), "--no-progress", "--no-plot"]
+
+
 @pytest.mark.slow
 def test_a_population_run_shorter_than_one_tuning_interval_writes_a_valid_unit(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
-            "--out", str(out), "--no-progress", "--no-plot"]
+    args = short_population_run(tmp_path)
     code, _, err = run_cli(args, capsys)
     assert code == 0, err
     (unit,) = R.StudyDir(out).units()
@@ -241,9 +257,10 @@ gym.register("RelStudySteady-v0", entry_point=Steady)
 @pytest.mark.slow
 def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--envs", "gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0",
-            "--methods", "fixed", "--seeds", "1", "--iterations", "2", "--out", str(out), "--no-progress",
-            "--no-plot"]
+    config = tmp_path / "study.toml"  # the tiny PPO of tests/cli_runs.py on the two host envs
+    config.write_text(cartpole_study(["fixed"], seeds=1, iterations=2, eval_every=2).replace(
+        'envs = ["CartPole-v1"]', 'envs = ["gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0"]'))
+    args = ["run", "--config", str(config), "--out", str(out), "--no-progress", "--no-plot"]
     RAISE["on"] = True
     code, stdout, err = run_cli(args, capsys)
     assert code == 1, err
@@ -270,8 +287,7 @@ def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    args = ["run", "--preset", "smoke", "--methods", "pbt", "--seeds", "2", "--iterations", "2",
-            "--out", str(out), "--no-progress", "--no-plot"]
+    args = short_population_run(tmp_path)
     store = R.StudyDir(out)
     checkpoint = store.checkpoint_path("CartPole-v1", "pbt")
 
@@ -290,3 +306,30 @@ def test_a_rerun_after_a_crash_resumes_then_starts_clean_never_looping(tmp_path,
     assert code == 0 and "resume" not in err and "done CartPole-v1 / pbt" in err
     (unit,) = store.units()
     assert unit.train_reward.shape == (2, 2)
+
+
+@pytest.mark.slow
+def test_a_truncated_checkpoint_of_a_real_run_is_recomputed_in_full(tmp_path, capsys, monkeypatch):
+    """The issue's reproduction end to end: a real checkpoint (kept by a run whose clean-up
+    is switched off) with its per-iteration arrays cut to 1 of the 2 iterations its `done`
+    says; the rerun resumed from it and wrote a unit 1 iteration short (exit 0). The run is
+    SHORT_POPULATION's, whose programs the tests above compiled."""
+    out = tmp_path / "out"
+    store = R.StudyDir(out)
+    args = short_population_run(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(Checkpoint, "remove", lambda self: None)
+        code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    path = store.checkpoint_path("CartPole-v1", "pbt")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert int(arrays["record/done"]) == 2
+    arrays.update({k: v[:, :1] for k, v in arrays.items() if k.startswith("record/metric/")})
+    store.save_checkpoint("CartPole-v1", "pbt", arrays)
+    store.unit_path("CartPole-v1", "pbt").unlink()
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert f"{path}: inconsistent checkpoint" in err and "starts over" in err
+    unit = R.load_unit(store.unit_path("CartPole-v1", "pbt"))
+    assert unit.train_reward.shape == (2, 2) and unit.eval_iteration.tolist() == [2]
