@@ -50,15 +50,15 @@ def test_bad_problem_options(field, kwargs):
 @pytest.mark.slow
 @pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_hypercontroller_beats_random():
-    """h = 2, d = 10, n = 500, 64 seeds: mean regret lower by more than 3 standard errors.
+    """h = 2, d = 10, n = 1000, 64 seeds: mean regret lower by more than 3 standard errors.
 
-    64 seeds of 500 steps instead of 1000 save a third of the test's CPU time. Checked over
-    keys 2026, 1, 2, 3: the difference was 6.5-8.0 standard errors of the difference and
-    4.6-5.5 of the two means (n = 1000: 8.8-11.5 and 6.3-9.2; 256 seeds: 20.6 and 15.9)."""
+    The cost is the compilation: 64 seeds instead of 256 save a third of the test. Checked
+    over keys 2026, 1, 2, 3: the difference was 8.8-11.5 standard errors of the difference
+    and 6.3-9.2 of the two means (256 seeds: 20.6 and 15.9)."""
     space = hcjax.unit_space(2)
     methods = {"hypercontroller": hcjax.make_tuner("hypercontroller", space, d=10),
                "random": hcjax.make_tuner("random", space)}
-    table = lgds.regret_table(methods, jax.random.PRNGKey(2026), seeds=64, n=500, h=2, d=10)
+    table = lgds.regret_table(methods, jax.random.PRNGKey(2026), seeds=64, n=1000, h=2, d=10)
     hc, rnd = table["hypercontroller"], table["random"]
     diff = np.asarray(rnd["totals"]) - np.asarray(hc["totals"])
     se_diff = diff.std(ddof=1) / np.sqrt(diff.size)
