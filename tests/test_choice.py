@@ -22,7 +22,7 @@ from hcjax.space import Hyperparameter as H
 from hcjax.tuners.hypercontroller import break_ties, masked_scores
 from tests.cli_runs import ROOT
 from tests.reference_controller import ReferenceController
-from tests.test_integer_values import SMALL, objectives
+from tests.test_integer_values import SMALL, assert_whole_and_inside, objectives, random_space
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
@@ -30,6 +30,10 @@ SPACE = hcjax.Space([H("lr", 1e-5, 1e-2, "log"), H.choice("optimizer", OPTIMIZER
                      H.choice("rate", RATES), H("n", 2, 9, integer=True)])
 PLAIN = hcjax.Space([p for p in SPACE.hyperparameters if p.options is None])  # the same without categoricals
 CAT = SPACE.is_categorical
+# Issue 17's random integer hyperparameters (tests/test_integer_values.py) after SPACE's: one
+# compilation per tuner and population method checks option indices and whole values at once.
+INTEGERS = random_space(0, h=15)
+WITH_INTEGERS = hcjax.Space([*SPACE.hyperparameters, *INTEGERS.hyperparameters])
 K = np.array([3, 5])  # options of the categoricals, in order
 # Compiled once for the module (each shape once) rather than dispatched op by op:
 decode, encode = jax.jit(SPACE.decode), jax.jit(SPACE.encode)
@@ -196,15 +200,19 @@ def assert_option_indices(values) -> None:
 @pytest.mark.slow
 def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
     """The pure tuner's values after each ask (`values(state)`: what the jitted ask returned)
-    are option indices, and the HostTuner's asks their options: one compiled ask for both."""
-    host = hcjax.HostTuner(name, SPACE, seed=1, **SMALL.get(name, {}))
+    are option indices and whole values inside the integer bounds, and the HostTuner's asks
+    their options and Python ints inside the bounds: one compiled ask for both."""
+    host = hcjax.HostTuner(name, WITH_INTEGERS, seed=1, **SMALL.get(name, {}))
     values_of = jax.jit(host.tuner.values)
     for objective in objectives(1, 12):
         asked = host.ask()
         values = np.asarray(values_of(host.state))
-        assert_option_indices(values)
+        assert_option_indices(values[:SPACE.h])
+        assert_whole_and_inside(INTEGERS, values[SPACE.h:])
         assert asked["optimizer"] in OPTIMIZERS and asked["rate"] in RATES and isinstance(asked["n"], int)
         assert (asked["optimizer"], asked["rate"]) == (OPTIMIZERS[int(values[1])], RATES[int(values[2])])
+        assert all(isinstance(asked[n], int) for n in INTEGERS.names[1:])
+        assert_whole_and_inside(INTEGERS, [asked[n] for n in INTEGERS.names])
         host.tell(objective)
     copy = pickle.loads(pickle.dumps(host))
     assert copy.ask() == host.ask()
@@ -213,13 +221,19 @@ def test_every_tuner_returns_option_indices_and_host_tuner_the_options(name):
 @pytest.mark.parametrize("name", sorted(hcjax.populations()))
 @pytest.mark.slow
 def test_every_population_method_returns_option_indices(name):
-    pop = hcjax.make_population(name, SPACE, **SMALL.get(name, {}))
+    """Option indices, and whole values inside the integer bounds, after init and every step."""
+    pop = hcjax.make_population(name, WITH_INTEGERS, **SMALL.get(name, {}))
     step = jax.jit(pop.step)
+
+    def check(values):
+        assert_option_indices(np.asarray(values)[:, :SPACE.h])
+        assert_whole_and_inside(INTEGERS, np.asarray(values)[:, SPACE.h:])
+
     state, values = jax.jit(pop.init, static_argnums=1)(jax.random.PRNGKey(0), 6)
-    assert_option_indices(values)
+    check(values)
     for k, objs in enumerate(objectives(3, (4, 6))):
         state, values, _ = step(state, jax.random.PRNGKey(10 + k), jnp.asarray(objs))
-        assert_option_indices(values)
+        check(values)
 
 
 HEADER = 'envs = ["CartPole-v1"]\nmethods = ["random"]\nseeds = 1\niterations = 2\n'

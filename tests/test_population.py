@@ -371,12 +371,14 @@ def test_resampling_frequency_and_distribution():
     space = hcjax.Space([hcjax.Hyperparameter("lr", 1e-5, 1e-1, scale="log"), hcjax.Hyperparameter("x", 0.0, 1.0)])
     n = 4000
     donors = jnp.tile(jnp.asarray([[1e-3, 0.5]], jnp.float32), (n, 1))
-    out = np.asarray(perturb(space, jax.random.key(1), donors, 0.25, (0.8, 1.2)))
+    # Both probabilities in one compiled program (not dispatched op by op).
+    out, fresh = map(np.asarray, jax.jit(lambda donors: (perturb(space, jax.random.key(1), donors, 0.25, (0.8, 1.2)),
+                                                         perturb(space, jax.random.key(2), donors, 1.0, (0.8, 1.2))))(
+        donors))
     perturbed = np.isclose(out, np.asarray(donors) * 0.8, rtol=1e-6) | np.isclose(out, np.asarray(donors) * 1.2,
                                                                                   rtol=1e-6)
     frac = 1 - perturbed.mean()
     assert abs(frac - 0.25) < 5 * math.sqrt(0.25 * 0.75 / out.size), frac
-    fresh = np.asarray(perturb(space, jax.random.key(2), donors, 1.0, (0.8, 1.2)))
     u = np.log10(fresh[:, 0])  # uniform on [-5, -1]
     assert abs(u.mean() + 3.0) < 5 * 4 / math.sqrt(12 * n) and u.min() >= -5 and u.max() <= -1
     assert abs(fresh[:, 1].mean() - 0.5) < 5 / math.sqrt(12 * n)
@@ -387,7 +389,7 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
     space = mixed_space()
     pop = hcjax.make_population("pbt", space, resample_probability=0.0)
     n = 32
-    state, values = pop.init(jax.random.key(0), n)
+    state, values = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), n)
     values = np.asarray(values)
     assert values.shape == (n, 4) and np.all(values >= space.low) and np.all(values <= space.high)
     objectives = random_objectives(np.random.default_rng(6), n)
@@ -395,7 +397,8 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
     state2, new, parents = jax.jit(pop.step)(state, key, jnp.asarray(objectives))
     new, parents = np.asarray(new), np.asarray(parents)
     k_select, _ = jax.random.split(key)
-    replaced, ref_parents = map(np.asarray, select(k_select, jnp.asarray(objectives), quantile_size(n, 0.25)))
+    selected = jax.jit(select, static_argnums=2)(k_select, jnp.asarray(objectives), quantile_size(n, 0.25))
+    replaced, ref_parents = map(np.asarray, selected)
     np.testing.assert_array_equal(parents, ref_parents)
     np.testing.assert_array_equal(new[~replaced], values[~replaced])
     for i in np.nonzero(replaced)[0]:
@@ -740,11 +743,12 @@ def test_shared_models_pool_every_agents_observations():
 
 @pytest.mark.slow
 def test_shared_statistics_lower_lgds_regret():
-    """16 agents on the same LGDS problems (h = 2, d = 10, 200 steps, 32 problems): the
+    """16 agents on the same LGDS problems (h = 2, d = 10, 200 steps, 16 problems): the
     shared models' mean regret per agent is lower than independent controllers' by more
-    than 3 paired standard errors (experiments/lgds_population.py)."""
+    than 3 paired standard errors (experiments/lgds_population.py). 16 problems, seeds 3, 1,
+    2: 5.7, 6.9, 7.1 paired standard errors (32 problems: 8.6, 10.4, 9.6)."""
     from experiments.benchmarks.lgds_population import measure
 
-    row = measure(seeds=32, n_agents=16, steps=200, seed=3)
+    row = measure(seeds=16, n_agents=16, steps=200, seed=3)
     assert row["shared_minus_independent"] < -3 * row["paired_se"], row["shared_minus_independent"]
     assert row["independent"] < row["random"]
