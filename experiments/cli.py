@@ -21,7 +21,7 @@ import jax
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots
-from experiments.study import api, presets, schedules, studyfile
+from experiments.study import api, interrupts, presets, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.store import StudyBusy, StudyDir
@@ -89,8 +89,10 @@ class Terminated(BaseException):
         self.signum = signum
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated(signum)
+def _on_signal(signum, frame):
+    """SIGINT: KeyboardInterrupt; SIGTERM, SIGHUP: Terminated; recorded as well as raised, so
+    that a stop raised where Python drops exceptions still stops the run (`interrupts`)."""
+    interrupts.stop(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
 
 
 def _names(values: list[str] | None) -> list[str] | None:
@@ -445,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = {}  # the handlers before, put back on return: a caller's process (a test's) keeps its own
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, _raise_terminated)
+            previous[signum] = signal.signal(signum, _on_signal)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
     try:
         return COMMANDS[args.command](args)
     except UsageError as e:
@@ -464,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum, handler in previous.items():
             if handler is not None:  # None: a handler not set from Python, nothing to put back
                 signal.signal(signum, handler)
+        interrupts.clear()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from experiments import cli, deps
-from experiments.study import engine
+from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
 from tests.cli_runs import ROOT, cartpole_study, finish, hcjax, wait_for_checkpoint, wait_for_file
@@ -129,6 +129,29 @@ def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # no process of the run's group is left
+
+
+def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(tmp_path, capsys, monkeypatch):
+    """The KeyboardInterrupt of Ctrl-C raised inside a callback whose exceptions Python drops
+    (as JAX's garbage-collection callback did: "Exception ignored in ...", the run then went on
+    to its end and exited 0): the run stops before the next unit group, exit 130."""
+    real = Progress.update
+
+    def update(self, *args, **kwargs):  # the first segment's progress: Ctrl-C arrives inside a callback
+        if not getattr(update, "fired", False):
+            update.fired = True
+            try:
+                cli._on_signal(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass  # dropped, as Python drops an exception raised in a gc callback
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Progress, "update", update)
+    code, _, err = main(MINI + ["--methods", "fixed", "random", "--out", str(tmp_path)], capsys)
+    assert update.fired and code == 130, err
+    assert "interrupted; 1 of 2 units finished" in err
+    assert not R.StudyDir(tmp_path).unit_path("CartPole-v1", "random").exists()
+    interrupts.check()  # nothing left recorded for this process's next command
 
 
 # ---- the study directory ----------------------------------------------------------------------

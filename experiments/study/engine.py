@@ -22,6 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from experiments.study import interrupts
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.devices import padded_count
@@ -190,6 +191,7 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
     study_key = config_key(study_config(plan))
     with Progress(len(plan.units), "units", "unit", enabled=progress, position=0) as bar:
         for env, methods in unit_groups(plan):
+            interrupts.check()  # a stop whose exception was dropped (experiments.study.interrupts)
             pending = []
             for method in methods:
                 unit = (env.label, method)
@@ -207,8 +209,12 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
             try:
                 with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress,
                               position=1, leave=False) as inner:
+                    def on_segment(k, inner=inner):
+                        interrupts.check()
+                        inner.update(k)
+
                     results = run_units(plan, env, pending, {m: keys[(env.label, m)] for m in pending},
-                                        on_segment=inner.update, memory_limit_gib=memory_limit_gib,
+                                        on_segment=on_segment, memory_limit_gib=memory_limit_gib,
                                         checkpoint=checkpoint,
                                         tensorboard=store.path / "tensorboard" if tensorboard and writer else None,
                                         warn=log)
