@@ -450,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             previous[signum] = signal.signal(signum, _on_signal)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
             previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
+    unraisable_hook = sys.unraisablehook
+    sys.unraisablehook = interrupts.quiet_hook(unraisable_hook)
     try:
         return COMMANDS[args.command](args)
     except UsageError as e:
@@ -469,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             if handler is not None:  # None: a handler not set from Python, nothing to put back
                 signal.signal(signum, handler)
         interrupts.clear()
+        sys.unraisablehook = unraisable_hook
 
 
 if __name__ == "__main__":
