@@ -27,11 +27,10 @@ from agents import envs, ppo
 from agents.ppo import learner as ppo_learner
 from experiments.benchmarks.timing import median_seconds, print_table, write_json_atomic
 
-CONFIGS = {
-    "tiny fixed": (dict(num_envs=4, batch_size=32, max_batch_size=64, num_minibatches=2, update_epochs=1,
-                        hidden_sizes=(8,)), "fixed"),
-    "tiny pb2": (dict(num_envs=4, batch_size=32, max_batch_size=64, num_minibatches=2, update_epochs=1,
-                      hidden_sizes=(8,)), "pb2"),
+TINY = dict(num_envs=4, batch_size=32, max_batch_size=64, num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+CONFIGS = {  # name -> (PPOConfig fields, tuner)
+    "tiny fixed": (TINY, "fixed"),
+    "tiny pb2": (TINY, "pb2"),
     "paper hypercontroller": (dict(num_envs=8, batch_size=1024, max_batch_size=1024, num_minibatches=4,
                                    update_epochs=4, hidden_sizes=(64, 64)), "hypercontroller"),
 }
