@@ -2,6 +2,7 @@
 writes, finish it; and the small CartPole study files they run."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,17 +81,17 @@ def wait_for_checkpoint(procs: list[subprocess.Popen], ckpt: Path, at_least: int
 
 
 def cartpole_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,
-                   eval_steps: int = 100, extra: str = "") -> str:
-    """A study file: gymnax CartPole-v1, a tiny PPO (4 envs, one hidden layer of `hidden`,
-    1 epoch of 2 minibatches, deciding every 2 iterations), learning rate and batch size
-    in [16, batch_high] tuned; `extra`: more TOML (e.g. tuner options)."""
+                   eval_steps: int = 100, extra: str = "", tune_every: int = 2, envs=("CartPole-v1",)) -> str:
+    """A study file: gymnax CartPole-v1 (or `envs`), a tiny PPO (4 envs, one hidden layer of
+    `hidden`, 1 epoch of 2 minibatches, deciding every `tune_every` iterations), learning rate
+    and batch size in [16, batch_high] tuned; `extra`: more TOML (e.g. tuner options)."""
     return f"""
-envs = ["CartPole-v1"]
+envs = {json.dumps(list(envs))}
 methods = {list(methods)!r}
 seeds = {seeds}
 iterations = {iterations}
 eval_every = {eval_every}
-tune_every = 2
+tune_every = {tune_every}
 fast_compile = true
 
 [ppo]
