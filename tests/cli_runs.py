@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+# tests/tiny_env.py's walker as a study file's own environment, labelled "walk" (no gymnax)
+WALK = "walk=tests.tiny_env:make_walk"
 
 
 def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
@@ -81,13 +83,16 @@ def wait_for_checkpoint(procs: list[subprocess.Popen], ckpt: Path, at_least: int
 
 
 def cartpole_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,
-                   eval_steps: int = 100, extra: str = "", tune_every: int = 2, envs=("CartPole-v1",)) -> str:
-    """A study file: gymnax CartPole-v1 (or `envs`), a tiny PPO (4 envs, one hidden layer of
-    `hidden`, 1 epoch of 2 minibatches, deciding every `tune_every` iterations), learning rate
-    and batch size in [16, batch_high] tuned; `extra`: more TOML (e.g. tuner options)."""
+                   eval_steps: int = 100, extra: str = "", tune_every: int = 2, envs=("CartPole-v1",),
+                   env_factories=()) -> str:
+    """A study file: gymnax CartPole-v1 (or `envs`, and importable `env_factories` such as
+    WALK), a tiny PPO (4 envs, one hidden layer of `hidden`, 1 epoch of 2 minibatches, deciding
+    every `tune_every` iterations), learning rate and batch size in [16, batch_high] tuned;
+    `extra`: more TOML (e.g. tuner options)."""
+    factories = f"env_factories = {json.dumps(list(env_factories))}\n" if env_factories else ""
     return f"""
 envs = {json.dumps(list(envs))}
-methods = {list(methods)!r}
+{factories}methods = {list(methods)!r}
 seeds = {seeds}
 iterations = {iterations}
 eval_every = {eval_every}

@@ -25,13 +25,18 @@ import pytest
 
 from experiments.benchmarks.bench_population_distributed import communicate_all, free_port
 from experiments.study import store as R
-from tests.cli_runs import cartpole_study, finish, hcjax, python, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import WALK, cartpole_study, finish, hcjax, python, wait_for_checkpoint, wait_for_file
 from tests.test_readme import DISTRIBUTED_STUDY, python_block
 
 # end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
 pytestmark = pytest.mark.slow
 
-STUDY = cartpole_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2)
+# on tests/tiny_env.py's walker (no gymnax import in the five interpreters, a smaller program
+# to compile): the point is the processes, not the environment (test_population_processes runs
+# CartPole across processes)
+STUDY = cartpole_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2, eval_steps=16, envs=(),
+                       env_factories=(WALK,))
+ENV = "walk"
 METHODS = ("hypercontroller", "pbt")
 LINEAGE = ("lineage_iteration", "lineage_parent", "lineage_objective")
 # process PROCESS of two, through the Python API: docs/studies.md's example as written (the user's own
@@ -47,7 +52,8 @@ def api_run() -> str:
         assert old in script, f"docs/studies.md's example no longer has {old}"
         script = script.replace(old, new)
     return ("import json, sys\nstudy, out, port, process = sys.argv[1:]\n" + script +
-            'print("units written:", json.dumps(result.units))\nprint(result.summary)\n')
+            'print("units written:", json.dumps(result.units))\nprint(result.summary)\n'
+            'print("gymnax imported:", "gymnax" in sys.modules)\n')
 
 
 def start(study: Path, out: Path, process: int | None = None, port: int | None = None) -> subprocess.Popen:
@@ -65,8 +71,8 @@ def kill_mid_population_unit(pair: list[subprocess.Popen], store: R.StudyDir) ->
     population step there), stop process 0 (it fails or waits for its peer); -> what the
     directory holds then: whether the checkpoint and the unit exist, the checkpoint's lineage
     iterations."""
-    wait_for_file(pair[0], store.unit_path("CartPole-v1", "hypercontroller"), 400)  # the tuner unit first
-    ckpt = store.checkpoint_path("CartPole-v1", "pbt")
+    wait_for_file(pair[0], store.unit_path(ENV, "hypercontroller"), 400)  # the tuner unit first
+    ckpt = store.checkpoint_path(ENV, "pbt")
     wait_for_checkpoint(pair, ckpt, 4)
     os.killpg(pair[1].pid, signal.SIGKILL)
     try:
@@ -75,7 +81,7 @@ def kill_mid_population_unit(pair: list[subprocess.Popen], store: R.StudyDir) ->
         os.killpg(pair[0].pid, signal.SIGKILL)
         pair[0].communicate()
     pair[1].communicate()
-    after = {"checkpoint": ckpt.exists(), "unit": store.unit_path("CartPole-v1", "pbt").exists()}
+    after = {"checkpoint": ckpt.exists(), "unit": store.unit_path(ENV, "pbt").exists()}
     with np.load(ckpt) as z:
         return after | {"lineage": z["record/lineage_iteration"].tolist()}
 
@@ -140,18 +146,19 @@ def test_only_process_zero_writes(runs):
     manifest = json.loads(store.manifest_path.read_text())
     assert len(manifest["runs"]) == 2 and manifest["devices"]["process_count"] == 2  # one per pair
     for method in METHODS:
-        assert store.log_path.read_text().count(f"done CartPole-v1 / {method}") == 1
-    assert sorted(p.name for p in store.units_dir.iterdir()) == [f"CartPole-v1__{m}.npz" for m in METHODS]
+        assert store.log_path.read_text().count(f"done {ENV} / {method}") == 1
+    assert sorted(p.name for p in store.units_dir.iterdir()) == [f"{ENV}__{m}.npz" for m in METHODS]
     written = [json.loads(log.split("units written:")[1].splitlines()[0]) for log in logs]
-    assert written == [[["CartPole-v1", m] for m in METHODS], []]  # the Study API's result: process 0's
+    assert written == [[[ENV, m] for m in METHODS], []]  # the Study API's result: process 0's
+    assert all("gymnax imported: False" in log for log in logs)  # the walker spared every process gymnax
 
 
 def test_killing_one_process_mid_population_unit_then_restarting_both_resumes(runs):
     tmp, logs, after_kill = runs
     assert after_kill["checkpoint"] and not after_kill["unit"]
     assert after_kill["lineage"][:2] == [2, 4]  # the kill came after the population step at iteration 4
-    assert "skip CartPole-v1 / hypercontroller: already finished" in logs[0]
-    assert "resume CartPole-v1 / pbt from its checkpoint after iteration" in logs[0]
+    assert f"skip {ENV} / hypercontroller: already finished" in logs[0]
+    assert f"resume {ENV} / pbt from its checkpoint after iteration" in logs[0]
     assert "Median final evaluation" in logs[0] and "Median final evaluation" not in logs[1]
     assert_same_numbers(units(tmp / "two"), units(tmp / "one"))
-    assert not R.StudyDir(tmp / "two").checkpoint_path("CartPole-v1", "pbt").exists()
+    assert not R.StudyDir(tmp / "two").checkpoint_path(ENV, "pbt").exists()
