@@ -3,7 +3,8 @@ configuration checks, corrupt files, file modes, progress output, warnings, `hcj
 
 Most tests call `cli.main` in this process (no compilation where the check happens
 before any work); the real runs are the smallest study there is (CartPole, 1 seed,
-2 iterations, the `fixed` method).
+2 iterations, the `fixed` method), or, in the subprocesses of the signal and checkpoint
+tests, tests/tiny_env.py's walker (no gymnax import there).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from experiments import cli, deps
 from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, cartpole_study, finish, hcjax, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, cartpole_study, finish, hcjax, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -112,17 +113,24 @@ def test_main_puts_back_the_callers_signal_handlers(capsys):
             signal.signal(s, handler)
 
 
+# two units on tests/tiny_env.py's walker (the point is the process group, not CartPole: no gymnax
+# import, a small program), one seed, one segment of 2 iterations
+INTERRUPTED = cartpole_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
+                             env_factories=(WALK,))
+
+
 @pytest.mark.slow
 def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
     unit: exit 130 after the first unit was saved, and nothing of the group survives."""
-    out = tmp_path / "s"
+    out, study = tmp_path / "s", tmp_path / "study.toml"
+    study.write_text(INTERRUPTED)
     # A terminal's foreground job: SIGINT at its default, even where this test itself was
     # started in the background by a non-interactive shell (which ignores SIGINT, and the
     # run would inherit that and rightly keep ignoring it).
-    proc = hcjax([*MINI, "--methods", "fixed", "random", "--out", out], start_new_session=True,
+    proc = hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True,
                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for_file(proc, R.StudyDir(out).unit_path("CartPole-v1", "fixed"))
+    wait_for_file(proc, R.StudyDir(out).unit_path("walk", "fixed"))
     os.killpg(proc.pid, signal.SIGINT)
     log, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, log
@@ -299,7 +307,8 @@ def test_the_cli_filters_known_third_party_warnings_and_the_library_does_not(cap
 def test_the_cli_filter_outlasts_gymnasiums_own_filter():
     """gymnasium.logger puts a DeprecationWarning filter first when it is imported (lazily, after
     the CLI set its filters): an out-of-date gymnasium id still makes no warning under the CLI."""
-    script = ("from experiments import cli; cli.main(['presets']); import gymnasium; "
+    # `hcjax info` imports gymnasium after setting the filters, as `presets` does, without gymnax (2.6 CPU s, not 7)
+    script = ("from experiments import cli; cli.main(['info']); import gymnasium; "
               "gymnasium.make('CartPole-v0').close(); print('made')")
     done = subprocess.run([sys.executable, "-W", "default", "-c", script], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
@@ -343,7 +352,9 @@ def test_a_study_too_large_for_memory_is_refused_before_any_work(flag, value, tm
 
 # ---- checkpoints inside a unit -------------------------------------------------------------------
 
-CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2)
+# on tests/tiny_env.py's walker: the point is the checkpoint, not CartPole (no gymnax in the subprocesses)
+CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2, eval_steps=16, envs=(),
+                              env_factories=(WALK,))
 
 
 @pytest.mark.slow
@@ -363,7 +374,7 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     k = random.Random().randint(1, 4)
     killed = start(tmp_path / "k")  # alone: it compiles, and puts its programs in the persistent cache
     store = R.StudyDir(tmp_path / "k")
-    ckpt = store.checkpoint_path("CartPole-v1", "hypercontroller")
+    ckpt = store.checkpoint_path("walk", "hypercontroller")
     wait_for_checkpoint([killed], ckpt, 2 * k)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
@@ -371,14 +382,14 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
         done = int(z["record/done"])
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
     assert 2 * k <= done <= 10, (k, done)
-    assert not store.unit_path("CartPole-v1", "hypercontroller").exists()
+    assert not store.unit_path("walk", "hypercontroller").exists()
     resumed = start(tmp_path / "k")
     try:  # the uninterrupted run, here, beside the resumed one
         assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot",
                          "--no-progress"]) == 0
     finally:
         log = finish(resumed, 300)
-    assert f"resume CartPole-v1 / hypercontroller from its checkpoint after iteration {done}" in log
+    assert f"resume walk / hypercontroller from its checkpoint after iteration {done}" in log
     a = R.StudyDir(tmp_path / "ref").units()[0]
     b = store.units()[0]
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
