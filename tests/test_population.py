@@ -576,9 +576,10 @@ SHARDING_SCRIPT = textwrap.dedent("""
             in_place = hcjax.population.exploit_in_place(agents, parents)
             return state, values, parents, hcjax.exploit(agents, parents), in_place
 
-        # agent-axis leaves over the 4 devices, the rest replicated
-        state, agents = jax.tree.map(lambda x: jax.device_put(x, agent if x.ndim and x.shape[0] == N else rep),
-                                     (state, agents))
+        def place(tree):  # agent-axis leaves over the 4 devices, the rest replicated
+            return jax.tree.map(lambda x: jax.device_put(x, agent if x.ndim and x.shape[0] == N else rep), tree)
+
+        state, agents = place((state, agents))
         f = jax.jit(step)
         moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
             agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))  # a program of its own
@@ -586,7 +587,9 @@ SHARDING_SCRIPT = textwrap.dedent("""
             state, values, parents, exploited, in_place = f(state, agents, jax.random.key(10 + i),
                                                             jax.device_put(obj, agent))
             results = {"exploit": exploited, "in_place": in_place, "exploit_sharded": moved(agents, parents)}
-            agents = exploited
+            # placed again: every step's program sees the same input shardings, so it compiles once
+            # (hypercontroller_shared's exploited state may come back replicated, see below)
+            state, agents = place((state, exploited))
             out.update({f"{name}/{i}/parents": parents, f"{name}/{i}/values": values,
                         f"{name}/{i}/sharded": tuple(exploited["w"].sharding.spec)[:1] == ("agent",)
                                                and len(exploited["w"].sharding.device_set) == 4,
