@@ -217,3 +217,16 @@ def test_a_committed_study_replots_to_the_same_bytes(name, replotted):
 
 def test_every_committed_study_is_checked():
     assert COMMITTED == ["cpu_learn_study", "cpu_study", "gpu_h100_5b602f1", "population_study"]
+
+
+def test_lineage_copies_are_every_replaced_agent_before_the_last_iteration_step_by_step():
+    """plots._copies against the loop the lineage figure ran before it drew one collection per panel."""
+    rng = np.random.default_rng(3)
+    S, T, K = 5, 12, 4
+    u = unit("A", "pbt", S, rng, iterations=T)
+    u.lineage_iteration = np.array([3, 6, 9, 12], np.int32)  # the step at 12 = T has no later iteration
+    u.lineage_parent = np.where(rng.uniform(size=(S, K)) < 0.5, rng.integers(0, S, (S, K)), np.arange(S)[:, None])
+    want = [(int(it), i, int(u.lineage_parent[i, col])) for col, it in enumerate(u.lineage_iteration) if it < T
+            for i in np.nonzero(u.lineage_parent[:, col] != np.arange(S))[0]]
+    it, agent, donor = plots._copies(u)
+    assert len(want) > 3 and list(zip(it.tolist(), agent.tolist(), donor.tolist())) == want
