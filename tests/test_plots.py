@@ -178,6 +178,7 @@ import sys
 from experiments.reporting import plots
 from experiments.study import store as R
 plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
+print("imported:", sorted(m for m in ("agents", "flax", "optax", "gymnax") if m in sys.modules))
 """
 
 
@@ -194,8 +195,10 @@ def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(replotted
     if off:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(off)
     png = tmp_path / "fig.png"
-    subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    child = subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
+                           timeout=300, capture_output=True, text=True)
+    # the same process also shows that reading and plotting a study leaves the agents stack unimported
+    assert "imported: []" in child.stdout, child.stdout + child.stderr
     assert png.read_bytes() == (replotted("cpu_study") / "figures" / "fig1_tuning_time.png").read_bytes()
 
 
