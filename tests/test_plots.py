@@ -178,6 +178,7 @@ import sys
 from experiments.reporting import plots
 from experiments.study import store as R
 plots.figure1(R.load_units(sys.argv[1]), sys.argv[2], "time")
+print("imported:", sorted(m for m in ("agents", "flax", "optax", "gymnax") if m in sys.modules))
 """
 
 
@@ -194,8 +195,10 @@ def test_tuning_time_figure_has_the_same_bytes_with_and_without_avx512(replotted
     if off:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(off)
     png = tmp_path / "fig.png"
-    subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    child = subprocess.run([sys.executable, "-c", FIG1, str(CPU_STUDY), str(png)], cwd=ROOT, env=env, check=True,
+                           timeout=300, capture_output=True, text=True)
+    # the same process also shows that reading and plotting a study leaves the agents stack unimported
+    assert "imported: []" in child.stdout, child.stdout + child.stderr
     assert png.read_bytes() == (replotted("cpu_study") / "figures" / "fig1_tuning_time.png").read_bytes()
 
 
@@ -217,3 +220,16 @@ def test_a_committed_study_replots_to_the_same_bytes(name, replotted):
 
 def test_every_committed_study_is_checked():
     assert COMMITTED == ["cpu_learn_study", "cpu_study", "gpu_h100_5b602f1", "population_study"]
+
+
+def test_lineage_copies_are_every_replaced_agent_before_the_last_iteration_step_by_step():
+    """plots._copies against the loop the lineage figure ran before it drew one collection per panel."""
+    rng = np.random.default_rng(3)
+    S, T, K = 5, 12, 4
+    u = unit("A", "pbt", S, rng, iterations=T)
+    u.lineage_iteration = np.array([3, 6, 9, 12], np.int32)  # the step at 12 = T has no later iteration
+    u.lineage_parent = np.where(rng.uniform(size=(S, K)) < 0.5, rng.integers(0, S, (S, K)), np.arange(S)[:, None])
+    want = [(int(it), i, int(u.lineage_parent[i, col])) for col, it in enumerate(u.lineage_iteration) if it < T
+            for i in np.nonzero(u.lineage_parent[:, col] != np.arange(S))[0]]
+    it, agent, donor = plots._copies(u)
+    assert len(want) > 3 and list(zip(it.tolist(), agent.tolist(), donor.tolist())) == want

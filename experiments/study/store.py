@@ -50,7 +50,6 @@ from pathlib import Path
 import filelock
 import numpy as np
 
-from experiments import deps
 from experiments.study import validate
 from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of this module's API
     PlantedLink,
@@ -321,6 +320,8 @@ class StudyDir:
                        extra: dict | None = None) -> dict:
         """Write the manifest: `config` (merged with the previous one's by `merge(old, new)`
         when given), the study part and key, this run's header (kept under `runs`)."""
+        from experiments import deps  # imports jax and the agents: not needed to read or plot a study
+
         previous = self.read_manifest()
         if previous is not None and merge is not None:
             config = merge(previous["config"], config)
