@@ -55,7 +55,7 @@ def make_train(config):
     env = LogWrapper(env)
     network = ActorCritic(env.action_space(env_params).n)
 
-    def train(rng, hp, runner_state=None):  # one PBT interval: config["READY"] updates, from runner_state if given
+    def init(rng):  # networks, optimiser and envs, no update: the runner_state of the first interval
         rng, _rng = jax.random.split(rng)
         params = network.init(_rng, jnp.zeros(env.observation_space(env_params).shape))
         tx = optax.chain(
@@ -66,7 +66,10 @@ def make_train(config):
         rng, _rng = jax.random.split(rng)
         reset_keys = jax.random.split(_rng, config["NUM_ENVS"])
         obsv, env_state = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
+        rng, _rng = jax.random.split(rng)
+        return (train_state, env_state, obsv, _rng)
 
+    def train(hp, runner_state):  # one PBT interval: config["READY"] updates with one agent's values hp
         def _update_step(runner_state, unused):
             def _env_step(runner_state, unused):
                 train_state, env_state, last_obs, rng = runner_state
@@ -123,15 +126,12 @@ def make_train(config):
             (train_state, rng), _ = jax.lax.scan(_update_epoch, (train_state, rng), None, config["UPDATE_EPOCHS"])
             return (train_state, env_state, last_obs, rng), traj_batch.info
 
-        if runner_state is None:
-            rng, _rng = jax.random.split(rng)
-            runner_state = (train_state, env_state, obsv, _rng)
         train_state = runner_state[0].replace(opt_state=hcjax.optax.set_hyperparams(runner_state[0].opt_state, hp))
         runner_state = (train_state, *runner_state[1:])
         runner_state, metrics = jax.lax.scan(_update_step, runner_state, None, config["READY"])
         return {"runner_state": runner_state, "metrics": metrics}
 
-    return train
+    return init, train
 
 
 def run_pbt(config, rng, n_agents):
@@ -139,8 +139,7 @@ def run_pbt(config, rng, n_agents):
     num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
     if num_updates % config["READY"]:  # every interval runs READY updates: a remainder would be dropped
         raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
-    train = make_train(config)
-    first, later = jax.jit(jax.vmap(lambda r, hp: train(r, hp))), jax.jit(jax.vmap(train))
+    init, train = (jax.jit(jax.vmap(f)) for f in make_train(config))  # the updates compile once, for every interval
 
     @jax.jit  # everything between two intervals in one program (op by op, each op would compile on its own)
     def explore(out, objective, pop_state, key):
@@ -155,13 +154,12 @@ def run_pbt(config, rng, n_agents):
 
     rng, _rng = jax.random.split(rng)
     pop_state, values = jax.jit(POPULATION.init, static_argnums=1)(_rng, n_agents)  # values: (n_agents, h)
-    rngs = jax.random.split(rng, n_agents)
-    out = first(rngs, SPACE.as_dict(values))
+    out = train(SPACE.as_dict(values), init(jax.random.split(rng, n_agents)))
     objective, history = jnp.zeros(n_agents), [{**out["metrics"], "values": values}]
     for interval in range(1, num_updates // config["READY"]):
         objective, pop_state, values, parents, runner_state = explore(out, objective, pop_state,
                                                                       jax.random.fold_in(rng, interval))
-        out = later(rngs, SPACE.as_dict(values), runner_state)
+        out = train(SPACE.as_dict(values), runner_state)
         history.append({**out["metrics"], "values": values, "parents": parents, "objective": objective})
     return out, history
 

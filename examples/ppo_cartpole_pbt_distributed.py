@@ -1,9 +1,10 @@
 """ppo_cartpole_pbt.py's population on a mesh that spans processes (docs/own-training-loop.md,
 "Across processes"): N processes joined by `jax.distributed`, the agent axis sharded over
-every process's devices, and each PBT interval (objective, population step, exploit, the
-next READY updates) one jitted program, whose exploit (`hcjax.population.exploit_sharded`)
-moves only the donors' rows between devices and processes. Every process runs this same
-script; process 0 alone prints and writes.
+every process's devices, and three jitted programs that each compile once: `first` (the
+population and its agents), `interval` (READY updates, run for every interval) and `explore`
+(objective, population step, exploit, between two intervals), whose exploit
+(`hcjax.population.exploit_sharded`) moves only the donors' rows between devices and
+processes. Every process runs this same script; process 0 alone prints and writes.
 
     python -m examples.ppo_cartpole_pbt_distributed --coordinator 127.0.0.1:12345 --num-processes 2 --process-id 0
     python -m examples.ppo_cartpole_pbt_distributed --coordinator 127.0.0.1:12345 --num-processes 2 --process-id 1
@@ -33,14 +34,18 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
     num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
     if num_updates % config["READY"]:  # every interval runs READY updates: a remainder would be dropped
         raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
-    train, agents = make_train(config), agent_sharding(mesh)
+    (init, train), agents = make_train(config), agent_sharding(mesh)
 
-    def first(rngs, pop_key):
+    def first(rngs, pop_key):  # the population and its agents, before any update
         pop_state, values = POPULATION.init(pop_key, n_agents)  # values: (n_agents, h)
-        out = jax.vmap(lambda r, hp: train(r, hp))(rngs, SPACE.as_dict(values))
-        return pop_state, jax.lax.with_sharding_constraint(strong(out), agents), {"values": values}
+        runner_state = jax.lax.with_sharding_constraint(strong(jax.vmap(init)(rngs)), agents)
+        return pop_state, jax.lax.with_sharding_constraint(values, agents), runner_state
 
-    def later(pop_state, objective, out, rngs, interval_key):
+    def interval(values, runner_state):  # READY updates: one program for every interval, the first included
+        out = jax.vmap(train)(SPACE.as_dict(values), runner_state)
+        return jax.lax.with_sharding_constraint(out, agents)
+
+    def explore(pop_state, objective, out, interval_key):  # everything between two intervals
         info = out["metrics"]  # leaves (n_agents, READY, steps, envs)
         now = jax.vmap(hcjax.objectives.mean_return)(info["returned_episode_returns"], info["returned_episode"])
         objective = jnp.where(jnp.isnan(now), objective, now)  # finite: the last mean return of finished episodes
@@ -49,27 +54,30 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
         # the donors' rows only, over the network: hcjax.exploit would all-gather every agent's state
         train_state, env_state, obsv, _ = exploit_sharded(out["runner_state"], parents, mesh)
         keys = jax.random.split(agents_key, n_agents)  # fresh keys: a copy must not replay its donor
-        out = jax.vmap(train)(rngs, SPACE.as_dict(values), (train_state, env_state, obsv, keys))
-        out = jax.lax.with_sharding_constraint(strong(out), agents)
-        return pop_state, objective, out, {"values": values, "parents": parents, "objective": objective}
+        runner_state = jax.lax.with_sharding_constraint((train_state, env_state, obsv, keys), agents)
+        values = jax.lax.with_sharding_constraint(values, agents)
+        record = {"values": values, "parents": parents, "objective": objective}
+        return pop_state, objective, values, runner_state, record
 
     rng = jax.random.PRNGKey(seed)
     rng, _rng = jax.random.split(rng)
     rngs = shard_agents(np.asarray(jax.random.split(rng, n_agents)), mesh)  # each process places its rows
-    pop_state, out, record = jax.jit(first)(rngs, replicate(np.asarray(_rng), mesh))
-    objective, history = shard_agents(np.zeros(n_agents, np.float32), mesh), [record]
-    later = jax.jit(later, donate_argnums=2)
-    for interval in range(1, num_updates // config["READY"]):
-        interval_key = replicate(np.asarray(jax.random.fold_in(rng, interval)), mesh)
-        pop_state, objective, out, record = later(pop_state, objective, out, rngs, interval_key)
+    pop_state, values, runner_state = jax.jit(first)(rngs, replicate(np.asarray(_rng), mesh))
+    interval, explore = jax.jit(interval, donate_argnums=1), jax.jit(explore)
+    out = interval(values, runner_state)
+    objective, history = shard_agents(np.zeros(n_agents, np.float32), mesh), [{"values": values}]
+    for i in range(1, num_updates // config["READY"]):
+        interval_key = replicate(np.asarray(jax.random.fold_in(rng, i)), mesh)
+        pop_state, objective, values, runner_state, record = explore(pop_state, objective, out, interval_key)
+        out = interval(values, runner_state)
         history.append(record)
     return out, history
 
 
 def strong(tree):
-    """`tree` without weak types: a fresh state's step counters are weakly typed and later's
-    metrics are, so the input types of `later` would differ from call to call and it would
-    compile again; with strong types it compiles once."""
+    """`tree` without weak types: a fresh state's step counters are weakly typed and the
+    exploited state's are not, so the input types of `interval` would differ between its first
+    call and the next ones and it would compile again; with strong types it compiles once."""
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
 
 

@@ -85,10 +85,10 @@ def test_only_process_zero_prints_and_writes(runs):
 
 @pytest.mark.slow
 def test_each_program_compiles_once(runs):
-    """The first interval's program and the later intervals' one compile once in every process:
-    `later` takes what `first` returns and what it returns itself (a weak type in either would
-    compile it again)."""
+    """Each program compiles once in every process, the training interval included: `interval`
+    takes the state that `first` returns and the one that `explore` returns (a weak type or
+    another sharding in either would compile it again)."""
     _, logs = runs
     for log in logs:
-        for program in ("first", "later"):
+        for program in ("first", "interval", "explore"):
             assert log.count(f"Finished XLA compilation of jit({program})") == 1, program
