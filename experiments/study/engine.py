@@ -22,6 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from experiments import deps
 from experiments.study import interrupts
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
@@ -137,7 +138,8 @@ def prepare(plan: Plan, store: StudyDir,
     keys = unit_keys(plan)
     # finished: raises on a conflict, quarantines corrupt files
     done = {unit for unit, key in keys.items() if store.finished(*unit, key, log=log)}
-    store.write_manifest(plan.to_dict(), study, skey, merge=merge_configs)
+    store.write_manifest(plan.to_dict(), study, skey, {"packages": deps.versions(), "devices": deps.devices()},
+                         merge=merge_configs)
     return keys, done
 
 

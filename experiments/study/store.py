@@ -316,17 +316,16 @@ class StudyDir:
                          f"{', '.join(sorted(on_disk))}, this run {key}){detail}. Use another --out, or "
                          f"delete {self.path} to start over")
 
-    def write_manifest(self, config: dict, study: dict, key: str, merge: Callable[[dict, dict], dict] | None = None,
-                       extra: dict | None = None) -> dict:
+    def write_manifest(self, config: dict, study: dict, key: str, installation: dict,
+                       merge: Callable[[dict, dict], dict] | None = None) -> dict:
         """Write the manifest: `config` (merged with the previous one's by `merge(old, new)`
-        when given), the study part and key, this run's header (kept under `runs`)."""
-        from experiments import deps  # imports jax and the agents: not needed to read or plot a study
-
+        when given), the study part and key, this run's header (kept under `runs`) with
+        `installation` ({"packages": ..., "devices": ...}: `experiments.deps`, which the caller
+        imports, so that reading and plotting a study imports neither jax nor the agents)."""
         previous = self.read_manifest()
         if previous is not None and merge is not None:
             config = merge(previous["config"], config)
-        run = {"started": _now(), "argv": sys.argv, "packages": deps.versions(), "git": git_commit(),
-               "devices": deps.devices(), **(extra or {})}
+        run = {"started": _now(), "argv": sys.argv, "git": git_commit(), **installation}
         manifest = {"format": FORMAT, "study_key": key, "study": study, "config": config, **run,
                     "runs": (previous.get("runs", []) if previous else []) + [run]}
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=jsonable), root=self.path)
