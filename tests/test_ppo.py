@@ -266,8 +266,10 @@ def cartpole_learning(seed_base: int) -> np.ndarray:
     compiled at the suite's lowest level (full optimisation of the vmapped init alone cost
     7.2 CPU s against 2.4 s, of the evaluation 3.4 s against 1.3 s).
 
-    Checked over ten seed bases (0, 1000, ..., 9000; 80 seeds): 72 of 80 seeds reached
-    >= 400 (the others 188-398), and the median of every base was 500. With a seed
+    Checked over ten seed bases (0, 1000, ..., 9000; 80 seeds) with every program fully
+    optimised: 72 of 80 seeds reached >= 400 (the others 188-398), and the median of every
+    base was 500; with these programs over seven (1000, ..., 7000; 56 seeds): 53 of 56
+    reached >= 400 (the others 258-368), the median of every base 500. With a seed
     reaching 400 with probability about 0.9, the median of 8 falls below 400 with
     probability below 0.01: the claim holds with margin, not by luck."""
     env = envs.make("CartPole-v1")
