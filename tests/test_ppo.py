@@ -205,23 +205,24 @@ def test_gae_with_mask_matches_loop_and_ignores_padding():
 
 def test_obs_stats_use_valid_rows_only():
     rng = np.random.default_rng(1)
+    update = jax.jit(update_obs_stats)  # one compilation per shape, not one per op
     x = rng.normal(size=(10, 4, 3)).astype(np.float32) * 3 + 1
     mask = np.zeros((10, 4), bool)
     mask[:6] = True
-    stats = update_obs_stats(init_obs_stats(3), jnp.asarray(x), jnp.asarray(mask))
+    stats = update(init_obs_stats(3), jnp.asarray(x), jnp.asarray(mask))
     x2 = x.copy()
     x2[6:] = 1e6
-    stats2 = update_obs_stats(init_obs_stats(3), jnp.asarray(x2), jnp.asarray(mask))
+    stats2 = update(init_obs_stats(3), jnp.asarray(x2), jnp.asarray(mask))
     jax.tree.map(np.testing.assert_array_equal, stats, stats2)
     valid = x[:6].reshape(-1, 3)
     np.testing.assert_allclose(stats.mean, valid.mean(0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(stats.var, valid.var(0), rtol=1e-3, atol=1e-3)
     # two updates equal one update on the union
-    s_a = update_obs_stats(update_obs_stats(init_obs_stats(3), jnp.asarray(x[:3]), jnp.ones((3, 4), bool)),
+    s_a = update(update(init_obs_stats(3), jnp.asarray(x[:3]), jnp.ones((3, 4), bool)),
                            jnp.asarray(x[3:6]), jnp.ones((3, 4), bool))
     np.testing.assert_allclose(s_a.mean, stats.mean, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s_a.var, stats.var, rtol=1e-4, atol=1e-4)
-    empty = update_obs_stats(stats, jnp.asarray(x2), jnp.zeros((10, 4), bool))
+    empty = update(stats, jnp.asarray(x2), jnp.zeros((10, 4), bool))
     jax.tree.map(np.testing.assert_array_equal, empty, stats)
 
 
@@ -299,12 +300,12 @@ def test_vmapped_agents_equal_separate_runs(cartpole):
     keys = jax.random.split(jax.random.PRNGKey(7), 4)
     learner = cartpole["learner"]
     vstate, vm = jax.jit(jax.vmap(lambda k: learner.iterate(learner.init(k), CP_SEG)))(keys)
+    vparams, vm = jax.tree.map(np.asarray, (vstate.params, vm))  # NumPy: indexing compiles nothing
     for i in range(4):
         state, m = cartpole["segment"](cartpole["init"](keys[i]))
         for name in ppo.METRIC_KEYS:
             np.testing.assert_allclose(vm[name][i], m[name], rtol=1e-4, atol=1e-4, err_msg=name)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=1e-4, atol=1e-4),
-                     vstate.params, state.params)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=1e-4, atol=1e-4), vparams, state.params)
 
 
 @pytest.mark.slow
@@ -313,12 +314,12 @@ def test_divergence_guard_rejects_and_training_goes_on(cartpole):
     iteration 5): non-finite updates are rejected, params stay finite, training goes on."""
     state = cartpole["init"](jax.random.PRNGKey(3))
     state, _ = cartpole["segment"](state)
-    state = state.replace(hparams=state.hparams.at[0].set(3e38))
-    state, m = cartpole["segment"](state)
-    rejected = np.asarray(m["rejected"])
+    state = state.replace(hparams=jnp.asarray(np.concatenate([[3e38], np.asarray(state.hparams)[1:]]), jnp.float32))
+    state, m = jax.tree.map(np.asarray, cartpole["segment"](state))  # NumPy: the checks compile nothing
+    rejected = m["rejected"]
     assert rejected[:5].sum() >= 1, rejected
     assert np.all(rejected[5:] == 0), rejected  # back to lr 1e-3 from the tuner
-    assert bool(ppo.all_finite(state.params)) and bool(ppo.all_finite(state.opt_state))
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves((state.params, state.opt_state)))
     np.testing.assert_allclose(m["hparams"][5:, 0], 1e-3, rtol=1e-6)
     assert np.all(np.isfinite(np.asarray(m["train_reward"])))
 
