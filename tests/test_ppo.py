@@ -218,8 +218,8 @@ def test_obs_stats_use_valid_rows_only():
     np.testing.assert_allclose(stats.mean, valid.mean(0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(stats.var, valid.var(0), rtol=1e-3, atol=1e-3)
     # two updates equal one update on the union
-    s_a = update(update(init_obs_stats(3), jnp.asarray(x[:3]), jnp.ones((3, 4), bool)),
-                           jnp.asarray(x[3:6]), jnp.ones((3, 4), bool))
+    s_a = update(update(init_obs_stats(3), jnp.asarray(x[:3]), jnp.ones((3, 4), bool)), jnp.asarray(x[3:6]),
+                 jnp.ones((3, 4), bool))
     np.testing.assert_allclose(s_a.mean, stats.mean, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s_a.var, stats.var, rtol=1e-4, atol=1e-4)
     empty = update(stats, jnp.asarray(x2), jnp.zeros((10, 4), bool))
