@@ -52,9 +52,16 @@ def loop_rollout(state, obs, running, key, n_steps):
     return state, obs, running, {k: np.stack(v) for k, v in traj.items()}
 
 
+@jax.jit
+def traced_rollout(state, obs, running, key, n_steps):
+    """stages.rollout of the toy env with a traced n_steps (MAX_STEPS rows): one compiled
+    program for both rollout tests."""
+    return stages.rollout(toy_act, counter_step, state, obs, running, key, n_steps, MAX_STEPS, E)
+
+
 @pytest.mark.slow
 def test_rollout_with_a_traced_n_steps_matches_a_python_loop():
-    run = jax.jit(lambda s, o, r, k, n: stages.rollout(toy_act, counter_step, s, o, r, k, n, MAX_STEPS, E))
+    run = traced_rollout
     state0 = jnp.array([0, 2, 4], jnp.int32)
     obs0 = state0.astype(jnp.float32)[:, None]
     running0 = jnp.array([0.5, 0.0, 1.0], jnp.float32)
@@ -73,9 +80,8 @@ def test_rollout_with_a_traced_n_steps_matches_a_python_loop():
 
 
 def test_rollout_past_n_steps_leaves_the_env_state_unchanged():
-    run = jax.jit(lambda n: stages.rollout(toy_act, counter_step, jnp.zeros(E, jnp.int32), jnp.zeros((E, 1)),
-                                           jnp.zeros(E), jax.random.PRNGKey(0), n, MAX_STEPS, E))
-    after_two = run(jnp.int32(2))
+    after_two = traced_rollout(jnp.zeros(E, jnp.int32), jnp.zeros((E, 1)), jnp.zeros(E), jax.random.PRNGKey(0),
+                               jnp.int32(2))
     rollout_two = jax.jit(lambda: stages.rollout(toy_act, counter_step, jnp.zeros(E, jnp.int32), jnp.zeros((E, 1)),
                                                  jnp.zeros(E), jax.random.PRNGKey(0), 2, 2, E))()
     for a, b in zip(jax.tree.leaves(after_two[:3]), jax.tree.leaves(rollout_two[:3])):
