@@ -19,8 +19,8 @@ Writing a test (almost all of the suite's time is XLA compilation):
   a third less compilation time, the same programs. A test that trains long enough for optimised
   code to repay its compilation is marked `@pytest.mark.optimized` (or wraps its work in
   `optimized()`: better only the long-running program's compilation, since a program run once,
-  an init or an evaluation, compiles about 3x cheaper at the lowest level); a test must not depend on how XLA rounds (compare across programs with a
-  float32 tolerance, not bit for bit).
+  an init or an evaluation, compiles about 3x cheaper at the lowest level); a test must not
+  depend on how XLA rounds (compare across programs with a float32 tolerance, not bit for bit).
 - Mark a test `@pytest.mark.slow` when it costs over about 2 s of CPU (the profile below says),
   and every test sharing its costly fixture; `-m "not slow"` is the quick tier for development.
   Every test still runs in the full suite.
