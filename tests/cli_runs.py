@@ -1,5 +1,5 @@
 """For tests that run the `hcjax` command in a subprocess: start it, wait for what it
-writes, finish it; and the small CartPole study files they run."""
+writes, finish it; and the small study files they run (CartPole, or tests/tiny_env.py's walker)."""
 from __future__ import annotations
 
 import json
@@ -82,9 +82,9 @@ def wait_for_checkpoint(procs: list[subprocess.Popen], ckpt: Path, at_least: int
         time.sleep(0.001)
 
 
-def cartpole_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,
-                   eval_steps: int = 100, extra: str = "", tune_every: int = 2, envs=("CartPole-v1",),
-                   env_factories=()) -> str:
+def tiny_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,
+               eval_steps: int = 100, extra: str = "", tune_every: int = 2, envs=("CartPole-v1",),
+               env_factories=()) -> str:
     """A study file: gymnax CartPole-v1 (or `envs`, and importable `env_factories` such as
     WALK), a tiny PPO (4 envs, one hidden layer of `hidden`, 1 epoch of 2 minibatches, deciding
     every `tune_every` iterations), learning rate and batch size in [16, batch_high] tuned;

@@ -12,7 +12,7 @@ Writing a test (almost all of the suite's time is XLA compilation):
 - `hcjax` in a subprocess (tests/cli_runs.py) costs an interpreter and its own compilations
   (the persistent cache below saves the repeated ones): share one run through a fixture. Where
   the environment is not the point (signals, kill and resume, processes), run tests/tiny_env.py's
-  walker (`cartpole_study(..., envs=(), env_factories=(WALK,))`): no gymnax import (about 2.7 CPU s
+  walker (`tiny_study(..., envs=(), env_factories=(WALK,))`): no gymnax import (about 2.7 CPU s
   of seaborn, pandas and scipy at gymnax's import) and a smaller program to compile.
 - The suite compiles with XLA's backend optimisation off (JAX_DISABLE_MOST_OPTIMIZATIONS=1,
   set here for the workers and subprocesses unless already set; =0 tests the build users run):

@@ -25,7 +25,7 @@ import pytest
 
 from experiments.benchmarks.bench_population_distributed import communicate_all, free_port
 from experiments.study import store as R
-from tests.cli_runs import WALK, cartpole_study, finish, hcjax, python, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import WALK, finish, hcjax, python, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_readme import DISTRIBUTED_STUDY, python_block
 
 # end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 # on tests/tiny_env.py's walker (no gymnax import in the five interpreters, a smaller program
 # to compile): the point is the processes, not the environment (test_population_processes runs
 # CartPole across processes)
-STUDY = cartpole_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2, eval_steps=16, envs=(),
+STUDY = tiny_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2, eval_steps=16, envs=(),
                        env_factories=(WALK,))
 ENV = "walk"
 METHODS = ("hypercontroller", "pbt")

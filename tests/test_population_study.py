@@ -21,13 +21,13 @@ from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.checks import check
 from experiments.study.plan import unit_keys
-from tests.cli_runs import cartpole_study
+from tests.cli_runs import tiny_study
 
 SPACE = hcjax.ppo_space(batch_size=(16, 32))
 CONFIG = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), tune_every=2,
                        objective="return_change", eval_steps=50)
 # segments of 2 iterations (evaluations and population steps every 2): one segment program per method
-STUDY = cartpole_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=2, hidden=8, batch_high=32,
+STUDY = tiny_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=2, hidden=8, batch_high=32,
                        eval_steps=50, extra="\n[tuner.pbt]\nquantile = 0.25\n")
 
 

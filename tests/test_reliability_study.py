@@ -18,7 +18,7 @@ from experiments import cli
 from experiments.study import engine, presets, studyfile
 from experiments.study import store as R
 from experiments.study.checkpoints import Checkpoint
-from tests.cli_runs import cartpole_study
+from tests.cli_runs import tiny_study
 
 MINIMAL = 'envs = ["CartPole-v1"]\nmethods = ["fixed"]\n'
 BASE = MINIMAL + "seeds = 1\niterations = 2\n"
@@ -193,7 +193,7 @@ def test_unit_names_are_one_safe_component_and_unchanged_for_plain_labels():
 
 # pbt on the tiny CartPole study of tests/cli_runs.py, 2 iterations, deciding every 5: shorter than one tuning
 # interval; the tests below run this same configuration, so that its programs are compiled once in the process
-SHORT_POPULATION = cartpole_study(["pbt"], seeds=2, iterations=2, eval_every=2, tune_every=5)
+SHORT_POPULATION = tiny_study(["pbt"], seeds=2, iterations=2, eval_every=2, tune_every=5)
 
 
 def short_population_run(tmp_path) -> list[str]:
@@ -257,7 +257,7 @@ gym.register("RelStudySteady-v0", entry_point=Steady)
 def test_one_failing_unit_is_named_and_the_others_still_run(tmp_path, capsys):
     out = tmp_path / "out"
     config = tmp_path / "study.toml"  # the tiny PPO of tests/cli_runs.py on the two host envs
-    config.write_text(cartpole_study(["fixed"], seeds=1, iterations=2, eval_every=2,
+    config.write_text(tiny_study(["fixed"], seeds=1, iterations=2, eval_every=2,
                                      envs=["gymnasium/RelStudyFlaky-v0", "gymnasium/RelStudySteady-v0"]))
     args = ["run", "--config", str(config), "--out", str(out), "--no-progress", "--no-plot"]
     RAISE["on"] = True

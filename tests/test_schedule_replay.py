@@ -10,7 +10,7 @@ import hcjax
 from experiments import cli
 from experiments.study.store import load_units
 from hcjax.tuners.schedule import schedule
-from tests.cli_runs import cartpole_study
+from tests.cli_runs import tiny_study
 
 ARRAYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return", "eval_iteration",
           "eval_reward")
@@ -18,7 +18,7 @@ ARRAYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode
 
 # fixed and random in one program (a fused unit equals the method run alone: tests/test_studyfile.py);
 # tests/test_tensorboard.py runs the same study, so that one process compiles it once
-FUSED_STUDY = "fuse_methods = true\n" + cartpole_study(["fixed", "random"], seeds=2, iterations=6, eval_every=3)
+FUSED_STUDY = "fuse_methods = true\n" + tiny_study(["fixed", "random"], seeds=2, iterations=6, eval_every=3)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from experiments import cli, deps
 from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, WALK, cartpole_study, finish, hcjax, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, finish, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -115,7 +115,7 @@ def test_main_puts_back_the_callers_signal_handlers(capsys):
 
 # two units on tests/tiny_env.py's walker (the point is the process group, not CartPole: no gymnax
 # import, a small program), one seed, one segment of 2 iterations
-INTERRUPTED = cartpole_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
+INTERRUPTED = tiny_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
                              env_factories=(WALK,))
 
 
@@ -353,7 +353,7 @@ def test_a_study_too_large_for_memory_is_refused_before_any_work(flag, value, tm
 # ---- checkpoints inside a unit -------------------------------------------------------------------
 
 # on tests/tiny_env.py's walker: the point is the checkpoint, not CartPole (no gymnax in the subprocesses)
-CHECKPOINTED = cartpole_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2, eval_steps=16, envs=(),
+CHECKPOINTED = tiny_study(["hypercontroller"], seeds=2, iterations=10, eval_every=2, eval_steps=16, envs=(),
                               env_factories=(WALK,))
 
 
