@@ -126,14 +126,14 @@ def test_bad_options_name_the_field(name, options, field):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_bad_n_objectives_and_memory(name):
-    pop = small(name, hcjax.unit_space(2))
+    pop, init, step, _, _ = programs(name)  # the module's compiled init: no op-by-op dispatch
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         pop.init(jax.random.key(0), 0)
-    state, _ = pop.init(jax.random.key(0), 6)
-    with pytest.raises(ValueError, match=r"objectives must have shape \(n,\) = \(6,\)"):
-        pop.step(state, jax.random.key(1), jnp.zeros((5,)))
+    state, _ = init(jax.random.key(0), N)
+    with pytest.raises(ValueError, match=rf"objectives must have shape \(n,\) = \({N},\)"):
+        pop.step(state, jax.random.key(1), jnp.zeros((N - 1,)))
     with pytest.raises(ValueError, match=r"shape \(n,\)"):
-        jax.jit(pop.step)(state, jax.random.key(1), jnp.zeros((6, 1)))
+        step(state, jax.random.key(1), jnp.zeros((N, 1)))  # refused while tracing
     with pytest.raises(ValueError, match="space must be an hcjax.Space"):
         hcjax.make_population(name, [0.0, 1.0])
     tiny = hcjax.make_population(name, hcjax.unit_space(2), memory_limit_gib=1e-6)
@@ -563,6 +563,9 @@ SHARDING_SCRIPT = textwrap.dedent("""
     mesh = hcjax.population.agent_mesh()
     agent, rep = NamedSharding(mesh, P("agent")), NamedSharding(mesh, P())
     rng, out = np.random.default_rng(0), {}
+    # a program of its own, the same shapes for every method: compiled once
+    moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
+        agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))
     for name in METHODS:
         pop = small(name, mixed_space())
         state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), N)
@@ -581,8 +584,6 @@ SHARDING_SCRIPT = textwrap.dedent("""
 
         state, agents = place((state, agents))
         f = jax.jit(step)
-        moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
-            agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))  # a program of its own
         for i, obj in enumerate(objs):
             state, values, parents, exploited, in_place = f(state, agents, jax.random.key(10 + i),
                                                             jax.device_put(obj, agent))
