@@ -389,15 +389,18 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
     space = mixed_space()
     pop = hcjax.make_population("pbt", space, resample_probability=0.0)
     n = 32
-    state, values = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), n)
+
+    @jax.jit
+    def run(key, objectives):  # init, one step and, on the step's selection key, `select`: one program
+        state, values = pop.init(jax.random.key(0), n)
+        k_select, _ = jax.random.split(key)
+        return values, pop.step(state, key, objectives), select(k_select, objectives, quantile_size(n, 0.25))
+
+    objectives = random_objectives(np.random.default_rng(6), n)
+    values, (state2, new, parents), selected = run(jax.random.key(9), jnp.asarray(objectives))
     values = np.asarray(values)
     assert values.shape == (n, 4) and np.all(values >= space.low) and np.all(values <= space.high)
-    objectives = random_objectives(np.random.default_rng(6), n)
-    key = jax.random.key(9)
-    state2, new, parents = jax.jit(pop.step)(state, key, jnp.asarray(objectives))
     new, parents = np.asarray(new), np.asarray(parents)
-    k_select, _ = jax.random.split(key)
-    selected = jax.jit(select, static_argnums=2)(k_select, jnp.asarray(objectives), quantile_size(n, 0.25))
     replaced, ref_parents = map(np.asarray, selected)
     np.testing.assert_array_equal(parents, ref_parents)
     np.testing.assert_array_equal(new[~replaced], values[~replaced])
