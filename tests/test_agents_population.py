@@ -8,21 +8,24 @@ import pytest
 
 import hcjax
 from agents import driver, ppo
+from tests.tiny_env import make_walk
 
 TINY = dict(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), eval_steps=20)
 
 
 N_AGENTS = 4
+WALK = make_walk()  # one JaxEnv object for the run and the learner
 
 
 @pytest.fixture(scope="module")
 def pbt_run():
     """(space, config, result) of one driver run of PBT over 4 agents, shared by the tests below:
     6 iterations, a population step every 2, an evaluation every 3, all in segments of one
-    iteration (one compiled segment program: lengths 2 and 1 would be two)."""
+    iteration (one compiled segment program: lengths 2 and 1 would be two), on tests/tiny_env.py's
+    walker (the environment is not the point; it compiles less than CartPole)."""
     space = hcjax.ppo_space(batch_size=(16, 32))
     cfg = ppo.PPOConfig(num_iterations=6, tune_every=2, **TINY)
-    result = driver.run(cfg, "CartPole-v1", hcjax.make_population("pbt", space), jax.random.split(
+    result = driver.run(cfg, WALK, hcjax.make_population("pbt", space), jax.random.split(
         jax.random.PRNGKey(1), N_AGENTS), eval_every=3, segment=1)
     return space, cfg, result
 
@@ -30,7 +33,7 @@ def pbt_run():
 @pytest.mark.slow
 def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values(pbt_run):
     space, cfg, result = pbt_run
-    learner = ppo.make_learner(cfg, "CartPole-v1", hcjax.make_population("pbt", space))
+    learner = ppo.make_learner(cfg, WALK, hcjax.make_population("pbt", space))
     n = N_AGENTS
     states = result.states  # 4 trained agents
     parents = jnp.array([0, 0, 2, 2], jnp.int32)

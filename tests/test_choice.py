@@ -20,9 +20,10 @@ from experiments.study import presets, studyfile
 from hcjax.population.pbt import perturb
 from hcjax.space import Hyperparameter as H
 from hcjax.tuners.hypercontroller import break_ties, masked_scores
-from tests.cli_runs import ROOT
+from tests.cli_runs import ROOT, WALK, tiny_study
 from tests.reference_controller import ReferenceController
 from tests.test_integer_values import SMALL, assert_whole_and_inside, objectives, random_space
+from tests.tiny_env import make_walk
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
@@ -290,12 +291,18 @@ def test_bad_space_argument_exits_2_naming_the_field(arg, message, tmp_path, cap
 
 @pytest.mark.slow
 def test_bad_space_argument_is_the_commands_exit_status_2(tmp_path):
+    """The command on a study file of tests/tiny_env.py's walker (the smoke preset's CartPole
+    would import gymnax first, ~4 CPU s more, to build it before the space is checked)."""
     arg, message = BAD_SPACE[0]
+    config = tmp_path / "walk.toml"
+    config.write_text(tiny_study(["random"], seeds=1, iterations=1, eval_every=1, envs=(), env_factories=(WALK,)))
+    args = ["run", "--config", str(config), "--no-progress", "--out", str(tmp_path / "study"), "--space", arg]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "experiments", *run_with_space(tmp_path / "study", arg)],
+    result = subprocess.run([sys.executable, "-m", "experiments", *args],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert re.search(message, result.stderr), result.stderr
+    assert not (tmp_path / "study").exists()
 
 
 @pytest.mark.slow
@@ -308,7 +315,8 @@ def test_ppo_refuses_string_options_and_trains_with_the_option_value():
                          H.choice("batch_size", [16, 32])])
     config = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), num_iterations=2,
                            tune_every=100)
-    learner = ppo.make_learner(config, "CartPole-v1", hcjax.make_tuner("fixed", space))
+    # tests/tiny_env.py's walker: the point is the option values, not the environment
+    learner = ppo.make_learner(config, make_walk(), hcjax.make_tuner("fixed", space))
     assert learner.max_steps == 8  # the largest batch_size option, 32 frames over 4 envs
     state, metrics = jax.jit(lambda k: learner.iterate(learner.init(k), 2, 0))(jax.random.key(0))
     assert float(state.opt_state.hyperparams["learning_rate"]) == np.float32(2.5e-3)

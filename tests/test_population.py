@@ -126,14 +126,14 @@ def test_bad_options_name_the_field(name, options, field):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_bad_n_objectives_and_memory(name):
-    pop = small(name, hcjax.unit_space(2))
+    pop, init, step, _, _ = programs(name)  # the module's compiled init: no op-by-op dispatch
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         pop.init(jax.random.key(0), 0)
-    state, _ = pop.init(jax.random.key(0), 6)
-    with pytest.raises(ValueError, match=r"objectives must have shape \(n,\) = \(6,\)"):
-        pop.step(state, jax.random.key(1), jnp.zeros((5,)))
+    state, _ = init(jax.random.key(0), N)
+    with pytest.raises(ValueError, match=rf"objectives must have shape \(n,\) = \({N},\)"):
+        pop.step(state, jax.random.key(1), jnp.zeros((N - 1,)))
     with pytest.raises(ValueError, match=r"shape \(n,\)"):
-        jax.jit(pop.step)(state, jax.random.key(1), jnp.zeros((6, 1)))
+        step(state, jax.random.key(1), jnp.zeros((N, 1)))  # refused while tracing
     with pytest.raises(ValueError, match="space must be an hcjax.Space"):
         hcjax.make_population(name, [0.0, 1.0])
     tiny = hcjax.make_population(name, hcjax.unit_space(2), memory_limit_gib=1e-6)
@@ -246,8 +246,9 @@ def test_exploit_copies_exactly_the_donors_state():
     _, init, step, _, _ = programs("pbt")
     state, _ = init(jax.random.key(0), n)
     objectives = random_objectives(rng, n)
-    _, _, parents = step(state, jax.random.key(5), jnp.asarray(objectives))
-    out = jax.jit(exploit)(jax.tree.map(jnp.asarray, tree), parents)
+    # NumPy arguments straight into the jitted programs: jnp.asarray would compile a program per shape
+    _, _, parents = step(state, jax.random.key(5), objectives)
+    out = jax.jit(exploit)(tree, parents)
     parents = np.asarray(parents)
     assert (parents != np.arange(n)).sum() >= quantile_size(n, 0.25)
     leaves_in, leaves_out = jax.tree.leaves(tree), jax.tree.leaves(out)
@@ -286,8 +287,8 @@ def test_exploit_in_place_equals_the_gather():
         for (_, want), got in zip(expected, out):
             for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[trial])
-    objectives = jnp.asarray(np.stack([random_objectives(rng, 9) for _ in range(4)]))
-    tree = jnp.asarray(rng.normal(size=(4, 9, 5)).astype(np.float32))
+    objectives = np.stack([random_objectives(rng, 9) for _ in range(4)])
+    tree = rng.normal(size=(4, 9, 5)).astype(np.float32)
 
     @jax.jit
     def both(keys, objectives, tree):
@@ -346,12 +347,12 @@ def test_perturbation_values_and_bounds():
     space = mixed_space()
     rng = np.random.default_rng(4)
     n = 400
-    donors = np.array(space.decode(jnp.asarray(rng.uniform(size=(n, space.h)), jnp.float32)))
+    donors = np.array(jax.jit(space.decode)(rng.uniform(size=(n, space.h)).astype(np.float32)))  # not op by op
     donors[:20] = space.high  # at the upper bounds: 1.2 must clip
     donors[20:40] = space.low
     donors[40:60, 2] = 2.0  # small integers: 2 x 0.8 -> 1.6 -> 2 (stuck) -> 1; 2 x 1.2 -> 3
     out = np.asarray(jax.jit(lambda k, v: perturb(space, k, v, 0.0, (0.8, 1.2)))(jax.random.key(0),
-                                                                                  jnp.asarray(donors)))
+                                                                                  donors))
     seen = set()
     for i in range(n):
         for j in range(space.h):
@@ -389,15 +390,18 @@ def test_pbt_step_keeps_survivors_and_explores_from_donors():
     space = mixed_space()
     pop = hcjax.make_population("pbt", space, resample_probability=0.0)
     n = 32
-    state, values = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), n)
+
+    @jax.jit
+    def run(key, objectives):  # init, one step and, on the step's selection key, `select`: one program
+        state, values = pop.init(jax.random.key(0), n)
+        k_select, _ = jax.random.split(key)
+        return values, pop.step(state, key, objectives), select(k_select, objectives, quantile_size(n, 0.25))
+
+    objectives = random_objectives(np.random.default_rng(6), n)
+    values, (state2, new, parents), selected = run(jax.random.key(9), objectives)
     values = np.asarray(values)
     assert values.shape == (n, 4) and np.all(values >= space.low) and np.all(values <= space.high)
-    objectives = random_objectives(np.random.default_rng(6), n)
-    key = jax.random.key(9)
-    state2, new, parents = jax.jit(pop.step)(state, key, jnp.asarray(objectives))
     new, parents = np.asarray(new), np.asarray(parents)
-    k_select, _ = jax.random.split(key)
-    selected = jax.jit(select, static_argnums=2)(k_select, jnp.asarray(objectives), quantile_size(n, 0.25))
     replaced, ref_parents = map(np.asarray, selected)
     np.testing.assert_array_equal(parents, ref_parents)
     np.testing.assert_array_equal(new[~replaced], values[~replaced])
@@ -422,7 +426,7 @@ def test_pb2_records_interval_changes():
     state, values0 = init(jax.random.key(0), n)
     obj1 = np.linspace(-1, 1, n).astype(np.float32)
     obj1[4] = np.nan
-    state, values1, parents1 = step(state, jax.random.key(1), jnp.asarray(obj1))
+    state, values1, parents1 = step(state, jax.random.key(1), obj1)  # NumPy in: no per-shape transfer program
     assert not np.asarray(state.mask).any()  # nothing known before the first step
     parents1 = np.asarray(parents1)
     np.testing.assert_array_equal(np.asarray(state.has_before), valid_np(obj1)[parents1])
@@ -431,7 +435,7 @@ def test_pb2_records_interval_changes():
     obj2 = obj1 + np.arange(n, dtype=np.float32)
     obj2[7] = np.inf
     obj2[4] = 3.0
-    state2, _, _ = step(state, jax.random.key(2), jnp.asarray(obj2))
+    state2, _, _ = step(state, jax.random.key(2), obj2)
     before = obj1[parents1]
     ok = valid_np(obj2) & valid_np(before)
     unit = np.asarray(jax.jit(space.encode)(values1))
@@ -472,6 +476,7 @@ def test_batch_ucb_equals_explicit_conditioning():
     """Each GP-BUCB choice maximises (to 1e-3) the UCB of the posterior conditioned on the
     earlier choices as pseudo-observations, computed by a float64 NumPy solve."""
     rng = np.random.default_rng(7)
+    bucb = jax.jit(batch_ucb, static_argnums=(2, 3, 5))  # compiled once (was op by op)
     for trial in range(5):
         M, count = 40, 12
         X = rng.uniform(size=(M, 2))
@@ -482,8 +487,7 @@ def test_batch_ucb_equals_explicit_conditioning():
         cov0 = Kcc - Kcd @ np.linalg.solve(Kdd + 0.1 * np.eye(6), Kcd.T)
         mean = rng.normal(size=M) * 0.3
         noise_var, root_beta = 0.05, 1.5
-        chosen, _ = batch_ucb(jnp.asarray(mean, jnp.float32), jnp.asarray(cov0, jnp.float32), noise_var,
-                              root_beta, jnp.int32(count), 16)
+        chosen, _ = bucb(mean.astype(np.float32), cov0.astype(np.float32), noise_var, root_beta, np.int32(count), 16)
         chosen = np.asarray(chosen)
         assert np.all(chosen[count:] == 0)
         for k in range(count):
@@ -506,7 +510,7 @@ def test_invalid_objectives_never_poison_the_state(name):
             objectives[:] = np.nan  # no donor at all: nothing is replaced
         invalid += int((~valid_np(objectives)).sum())
         before = np.asarray(values)
-        state, values, parents = step(state, jax.random.key(i), jnp.asarray(objectives))
+        state, values, parents = step(state, jax.random.key(i), objectives)
         parents = np.asarray(parents)
         if name == "hypercontroller_shared":
             np.testing.assert_array_equal(parents, np.arange(n))  # no exploit
@@ -563,6 +567,9 @@ SHARDING_SCRIPT = textwrap.dedent("""
     mesh = hcjax.population.agent_mesh()
     agent, rep = NamedSharding(mesh, P("agent")), NamedSharding(mesh, P())
     rng, out = np.random.default_rng(0), {}
+    # a program of its own, the same shapes for every method: compiled once
+    moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
+        agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))
     for name in METHODS:
         pop = small(name, mixed_space())
         state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(0), N)
@@ -581,8 +588,6 @@ SHARDING_SCRIPT = textwrap.dedent("""
 
         state, agents = place((state, agents))
         f = jax.jit(step)
-        moved = jax.jit(lambda agents, parents: hcjax.population.exploit_sharded(
-            agents, parents, mesh, hcjax.population.quantile_size(N, 0.25)))  # a program of its own
         for i, obj in enumerate(objs):
             state, values, parents, exploited, in_place = f(state, agents, jax.random.key(10 + i),
                                                             jax.device_put(obj, agent))
@@ -686,8 +691,8 @@ def test_shared_controller_with_one_agent_is_the_tuner(s, beta):
     pop = hcjax.make_population("hypercontroller_shared", space, d=5, s=s, beta=beta)
     tuner = hcjax.make_tuner("hypercontroller", space, d=5, s=s, beta=beta)
     key = jax.random.key(0)
-    state, values = pop.init(key, 1)
-    tstate = tuner.init(jax.random.split(key, 1)[0])
+    # both inits in one compiled program (op by op, each was ~10 compiles)
+    (state, values), tstate = jax.jit(lambda k: (pop.init(k, 1), tuner.init(jax.random.split(k, 1)[0])))(key)
     np.testing.assert_array_equal(np.asarray(values[0]), np.asarray(space.grid(5))[[0, 1], tstate.arms])
 
     @jax.jit
@@ -713,7 +718,7 @@ def test_shared_models_pool_every_agents_observations():
     h, d, s, ridge, n = 2, 4, 2, 0.5, 6
     space = hcjax.unit_space(h)
     pop = hcjax.make_population("hypercontroller_shared", space, d=d, s=s, ridge=ridge)
-    state, _ = pop.init(jax.random.key(1), n)
+    state, _ = jax.jit(pop.init, static_argnums=1)(jax.random.key(1), n)  # not op by op
     step = jax.jit(pop.step)
     V = np.tile(ridge * np.eye(s), (h, d ** s, d, 1, 1))
     B = np.zeros((h, d ** s, d, s))
@@ -729,7 +734,7 @@ def test_shared_models_pool_every_agents_observations():
                 c = sum(int(hist[a, j, k]) * d ** (s - 1 - k) for k in range(s))
                 V[j, c, arms[a, j]] += np.outer(win[a], win[a])
                 B[j, c, arms[a, j]] += float(x[a]) * win[a]
-        state, values, _ = step(state, jax.random.key(100 + i), jnp.asarray(x))
+        state, values, _ = step(state, jax.random.key(100 + i), x)
     np.testing.assert_allclose(np.asarray(state.V), V, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(state.B), B, rtol=1e-5, atol=1e-5)
     G = np.linalg.solve(V, B[..., None])[..., 0]
