@@ -29,12 +29,16 @@ def test_run_plays_the_chosen_configuration():
     key = jax.random.PRNGKey(2)
     regret = np.asarray(lgds.run(problem, tuner, key, n))
     # Replay the same noise: run() splits key into (init, run) and each step into 3 keys.
+    @jax.jit  # one compiled step (run op by op, each operation compiled its own program)
+    def replay(z, k):
+        _, _, k_next = jax.random.split(k, 3)
+        return problem.gamma @ z + problem.noise_chol @ jax.random.normal(k_next, z.shape)
+
     _, k_run = jax.random.split(key)
     z = np.asarray(problem.z0)
     for t, k in enumerate(jax.random.split(k_run, n)):
-        _, _, k_next = jax.random.split(k, 3)
         assert regret[t] == pytest.approx(z.max() - z[1 * d + 4], abs=1e-4)
-        z = np.asarray(problem.gamma @ z + problem.noise_chol @ jax.random.normal(k_next, z.shape))
+        z = np.asarray(replay(z, k))
     assert np.all(regret >= 0)
 
 
