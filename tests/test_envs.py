@@ -368,14 +368,15 @@ def smoke_tuner():
     return tuner, tuner._replace(init=jax.jit(tuner.init), ask=jax.jit(tuner.ask), tell=jax.jit(tuner.tell))
 
 
-def check_hparams_used(result, tuners, keys, cfg, host):
+def check_hparams_used(result, reference, keys, cfg, host):
+    """The run's values iteration by iteration against `reference` (the run's tuner, jitted:
+    smoke_tuner's second element) replayed on the run's objectives."""
     m = result.metrics
     assert set(m) == set(METRIC_KEYS)
     n, iters = m["frames"].shape
     assert iters == cfg.num_iterations and m["hparams"].shape == (n, iters, 4)
-    jitted = tuners[1]  # the reference: the run's tuner (tuners[0]) jitted, from the fixture smoke_tuner
     for i in range(n):
-        expect = replay_tuner(jitted, keys[i], m["objective"][i], cfg.tune_every, host)
+        expect = replay_tuner(reference, keys[i], m["objective"][i], cfg.tune_every, host)
         np.testing.assert_allclose(m["hparams"][i], expect, rtol=1e-6)
     # the batch size used is the frames collected (up to one step of all envs)
     batch = m["hparams"][..., 3]
@@ -398,7 +399,7 @@ def test_brax_smoke_hypercontroller(smoke_tuner):
     inverted_pendulum is compiled in test_brax_registry_env_reset_step)."""
     env = envs.make("brax/fast", episode_length=20)
     assert (env.backend, env.obs_size, env.action_size, env.max_episode_steps) == ("brax", 2, 1, 20)
-    tuner = smoke_tuner[0]
+    tuner, reference = smoke_tuner
     cfg = PPOConfig(num_iterations=8, num_envs=4, num_minibatches=4, update_epochs=2, hidden_sizes=(32, 32),
                     tune_every=2, eval_steps=50)
     keys = jax.random.split(jax.random.PRNGKey(3), 1)
@@ -407,7 +408,7 @@ def test_brax_smoke_hypercontroller(smoke_tuner):
     result = driver.run(cfg, env, tuner, keys, eval_every=8, callback=lambda info: seen.append(info.iteration))
     assert seen == [8]
     assert result.eval_returns.shape == (1, 1) and np.all(np.isfinite(result.eval_returns))
-    check_hparams_used(result, smoke_tuner, keys, cfg, host=False)
+    check_hparams_used(result, reference, keys, cfg, host=False)
     # episodes of 20 steps end within 8 iterations of at least 16 / 4 = 4 steps (batch sizes 16 to 64, 4 envs)
     assert np.isfinite(result.metrics["episode_return"][:, -1]).all()
 
@@ -416,7 +417,7 @@ def test_brax_smoke_hypercontroller(smoke_tuner):
 def test_gymnasium_host_smoke_hypercontroller(smoke_tuner):
     env = envs.make("BipedalWalker-v3")
     assert env.host and env.obs_size == 24 and env.action_size == 4
-    tuner = smoke_tuner[0]
+    tuner, reference = smoke_tuner
     cfg = PPOConfig(num_iterations=6, num_envs=2, num_minibatches=2, update_epochs=2, hidden_sizes=(32, 32),
                     tune_every=2, eval_steps=30)
     keys = jax.random.split(jax.random.PRNGKey(4), 2)
@@ -424,4 +425,4 @@ def test_gymnasium_host_smoke_hypercontroller(smoke_tuner):
     # every 4 iterations and after the last, although 6 is no multiple of 4
     assert result.eval_iterations.tolist() == [4, 6]
     assert result.eval_returns.shape == (2, 2) and np.all(np.isfinite(result.eval_returns))
-    check_hparams_used(result, smoke_tuner, keys, cfg, host=True)
+    check_hparams_used(result, reference, keys, cfg, host=True)
