@@ -14,7 +14,7 @@ TINY = dict(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidde
 
 
 N_AGENTS = 4
-WALK = make_walk()  # one JaxEnv object for the run and the learner
+WALK_ENV = make_walk()  # one JaxEnv object for the run and the learner
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def pbt_run():
     walker (the environment is not the point; it compiles less than CartPole)."""
     space = hcjax.ppo_space(batch_size=(16, 32))
     cfg = ppo.PPOConfig(num_iterations=6, tune_every=2, **TINY)
-    result = driver.run(cfg, WALK, hcjax.make_population("pbt", space), jax.random.split(
+    result = driver.run(cfg, WALK_ENV, hcjax.make_population("pbt", space), jax.random.split(
         jax.random.PRNGKey(1), N_AGENTS), eval_every=3, segment=1)
     return space, cfg, result
 
@@ -33,7 +33,7 @@ def pbt_run():
 @pytest.mark.slow
 def test_learner_exploit_copies_the_donors_fields_and_sets_every_agents_values(pbt_run):
     space, cfg, result = pbt_run
-    learner = ppo.make_learner(cfg, WALK, hcjax.make_population("pbt", space))
+    learner = ppo.make_learner(cfg, WALK_ENV, hcjax.make_population("pbt", space))
     n = N_AGENTS
     states = result.states  # 4 trained agents
     parents = jnp.array([0, 0, 2, 2], jnp.int32)
