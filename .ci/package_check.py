@@ -1,6 +1,6 @@
 """Helpers of .ci/run's package check (standard library only: runs in any virtualenv).
 
-    python .ci/package_check.py wheel DIST/hcjax-*.whl   # asserts it holds only hcjax/, agents/, experiments/
+    python .ci/package_check.py wheel DIST/hcjax-*.whl   # asserts it holds only hcjax/, agents/, experiments/ (no .pyc)
     python .ci/package_check.py core                     # asserts no optional package is installed
     python .ci/package_check.py readme-example > x.py    # the README's "8 agents" example
 """
@@ -17,7 +17,11 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def check_wheel(path: str) -> None:
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(path).namelist()}
+    names = zipfile.ZipFile(path).namelist()
+    cached = [n for n in names if "__pycache__/" in n or n.endswith(".pyc")]
+    if cached:  # the suite writes .pyc files into the tree while the package is built
+        sys.exit(f"{path} holds byte-compiled files: {cached[:3]}")
+    tops = {name.split("/")[0] for name in names}
     extra = sorted(t for t in tops if t not in PACKAGES and not t.endswith(".dist-info"))
     if extra:
         sys.exit(f"{path} holds {extra}: only {', '.join(PACKAGES)} belong in the wheel")
