@@ -248,7 +248,7 @@ def cartpole():
 @pytest.mark.slow
 def test_frames_equal_batch_size_up_to_one_env_step(cartpole):
     state = cartpole["init"](jax.random.PRNGKey(0))
-    _, m = cartpole["segment"](state)
+    m = jax.tree.map(np.asarray, cartpole["segment"](state)[1])  # NumPy: the checks compile nothing
     assert m["hparams"].shape == (CP_SEG, 4) and np.all(m["hparams"][:, 3] == CP_BATCH)
     frames = np.asarray(m["frames"])
     assert np.all((frames >= CP_BATCH) & (frames < CP_BATCH + 8)) and np.all(frames == 504)
