@@ -2,13 +2,15 @@
 equal to evaluating the states of a plain segment-by-segment run, training unchanged."""
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import hcjax
-from agents import ppo
+from agents import envs, ppo
 
 CONFIG = ppo.PPOConfig(num_envs=2, batch_size=16, num_minibatches=2, update_epochs=1, hidden_sizes=(8,),
                        eval_steps=20, num_iterations=3)
@@ -21,7 +23,13 @@ def tuner():
 
 @pytest.mark.slow
 def test_evaluations_every_k_iterations_and_after_the_last(tuner):
-    evaluating = ppo.make_train(CONFIG, "CartPole-v1", tuner, eval_every=2)
+    cartpole, steps_traced = envs.make("CartPole-v1"), []
+
+    def step(key, state, action):  # CartPole's step, counting its traces
+        steps_traced.append(1)
+        return cartpole.step(key, state, action)
+
+    evaluating = ppo.make_train(CONFIG, dataclasses.replace(cartpole, step=step), tuner, eval_every=2)
     plain = ppo.make_train(CONFIG, "CartPole-v1", tuner)
     learner = ppo.make_learner(CONFIG, "CartPole-v1", tuner)
 
@@ -42,6 +50,9 @@ def test_evaluations_every_k_iterations_and_after_the_last(tuner):
     np.testing.assert_array_equal(evals["iteration"], [2, 3])
     np.testing.assert_allclose(evals["eval_return"], np.asarray(expected), rtol=1e-6)
     assert evals["eval_return"].dtype == np.float32 and np.all(np.asarray(expected) > 0)
+    # one iteration and one evaluation in train's program although 3 is no multiple of 2
+    # (the rollout's and the episode's loops each trace the step once)
+    assert len(steps_traced) == 2
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])

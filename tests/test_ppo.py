@@ -248,7 +248,7 @@ def cartpole():
 @pytest.mark.slow
 def test_frames_equal_batch_size_up_to_one_env_step(cartpole):
     state = cartpole["init"](jax.random.PRNGKey(0))
-    _, m = cartpole["segment"](state)
+    m = jax.tree.map(np.asarray, cartpole["segment"](state)[1])  # NumPy: the checks compile nothing
     assert m["hparams"].shape == (CP_SEG, 4) and np.all(m["hparams"][:, 3] == CP_BATCH)
     frames = np.asarray(m["frames"])
     assert np.all((frames >= CP_BATCH) & (frames < CP_BATCH + 8)) and np.all(frames == 504)
@@ -328,10 +328,15 @@ def test_divergence_guard_rejects_and_training_goes_on(cartpole):
 
 
 @pytest.mark.slow
-@pytest.mark.optimized  # trains long: optimised code repays its compilation
 def test_pendulum_fixed_improves():
     """Seed 0, 100 iterations x 1024 frames = 102,400 frames: the mean deterministic
-    return of the last 2 evaluations (4 episodes each) beats the untrained policy's by >= 400."""
+    return of the last 2 evaluations (4 episodes each) beats the untrained policy's by >= 400.
+
+    Only the training segment is compiled with XLA's full optimisation (`optimized()`: it
+    runs 100 iterations); the init and the evaluation (4 episodes in one vmapped program,
+    the keys PRNGKey(1000 i + j) of episode j after segment i) run briefly and compile at
+    the suite's lowest level. Measured: -1351 untrained, -704 and -690 at the end (a
+    margin of 254 over the 400 claimed)."""
     env = envs.make("Pendulum-v1")
     space = hcjax.ppo_space(batch_size=(256, 2048))
     tuner = hcjax.make_tuner("fixed", space, values=[1e-3, 0.2, 0.95, 1024])
@@ -339,13 +344,14 @@ def test_pendulum_fixed_improves():
                         update_epochs=10, hidden_sizes=(64, 64), reward_scale=0.1, ent_coef=0.0, eval_steps=200)
     learner = ppo.make_learner(cfg, env, tuner)
     segment = jax.jit(lambda s: learner.iterate(s, 10))
-    evaluate = jax.jit(learner.evaluate)
-    ev = lambda s, i: float(np.mean([evaluate(s, jax.random.PRNGKey(1000 * i + j)) for j in range(4)]))
+    evaluate = jax.jit(lambda s, seeds: jax.vmap(lambda k: learner.evaluate(s, jax.random.PRNGKey(k)))(seeds))
+    ev = lambda s, i: float(np.mean(evaluate(s, np.arange(4, dtype=np.int32) + 1000 * i)))
     state = jax.jit(learner.init)(jax.random.PRNGKey(0))
     first = ev(state, 0)
     last = []
     for i in range(10):
-        state, m = segment(state)
+        with optimized():
+            state, m = segment(state)
         if i >= 8:
             last.append(ev(state, i + 1))
     assert np.mean(last) >= first + 400, (first, last)
@@ -455,8 +461,8 @@ def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iterat
     hcjax.tuners.stacked), run with the ask on deciding iterations only (the iteration
     numbers unbatched: `iterate(state, n, 0)`) and with the first iteration's number
     batched (one per agent: under vmap the ask's cond becomes a select that asks every
-    iteration, the loop the library used to offer): bit-identical states and metrics,
-    fewer asks."""
+    iteration, the loop the library used to offer), both from the same initial states:
+    bit-identical states and metrics, fewer asks."""
     from hcjax.tuners.stacked import select, stack
 
     small_gp = dict(buffer=16, candidates=16, fit_points=8, refine_steps=2)
@@ -464,23 +470,22 @@ def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iterat
     cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), tune_every=3)
     space = hcjax.ppo_space(batch_size=(32, 64))
     tuner = stack([hcjax.make_tuner(m, space, **(small_gp if m in ("gp_ucb", "pb2") else {})) for m in methods])
-    keys = jax.random.split(jax.random.PRNGKey(5), len(methods))
-    which = jnp.arange(len(methods))
     asks = {"when_deciding": [], "every_iteration": []}
     learners = {mode: ppo.make_learner(cfg, envs.make("CartPole-v1"), counting_tuner(tuner, asks[mode]))
                 for mode in asks}
 
-    def run(mode, start, start_axis):
-        def one(k, w, start, learner=learners[mode]):
-            state = learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
-            return learner.iterate(state, 7, start)
+    def init(k, w, learner=learners["when_deciding"]):  # one initial state per agent, the same in both modes
+        return learner.init(k, select(learner.tuner.init(learner.tuner_key(k)), w))
 
-        return jax.vmap(one, in_axes=(0, 0, start_axis))(keys, which, start)
+    def run(mode, initial, start, start_axis):
+        return jax.vmap(lambda s, start: learners[mode].iterate(s, 7, start), in_axes=(0, start_axis))(initial, start)
 
-    # both modes in one compiled program (a third less compilation than one program each)
-    out = jax.block_until_ready(jax.jit(lambda: {
-        "when_deciding": run("when_deciding", 0, None),
-        "every_iteration": run("every_iteration", jnp.zeros(len(methods), jnp.int32), 0)})())
+    def both():  # both modes from one vmapped init, in one compiled program (init traced and compiled once)
+        initial = jax.vmap(init)(jax.random.split(jax.random.PRNGKey(5), len(methods)), jnp.arange(len(methods)))
+        return {"when_deciding": run("when_deciding", initial, 0, None),
+                "every_iteration": run("every_iteration", initial, jnp.zeros(len(methods), jnp.int32), 0)}
+
+    out = jax.block_until_ready(jax.jit(both)())
     asks = {mode: len(calls) for mode, calls in asks.items()}
     a, b = out["when_deciding"], out["every_iteration"]
     assert len(jax.tree.leaves(a)) == len(jax.tree.leaves(b))
@@ -488,7 +493,7 @@ def test_asking_only_when_deciding_gives_the_same_numbers_as_asking_every_iterat
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     hparams = np.asarray(a[1]["hparams"])
     assert len({tuple(np.round(h[-1], 6)) for h in hparams}) > 3  # the methods did decide differently
-    # iterations 2 and 5 decide (tune_every 3): 2 asks, against 7 when asking every iteration
+    # iterations 2 and 5 decide (tune_every 3): 2 asks (and 1 at init), against 7 when asking every iteration
     assert asks["when_deciding"] < asks["every_iteration"], asks
 
 

@@ -27,17 +27,25 @@ def toy_act(obs, key):
     return dict(obs_norm=obs * 2.0, action=action, env_action=action, logp=obs[:, 0] * 0.1 - 1.0, value=obs[:, 0] + 0.5)
 
 
+@jax.jit
+def one_step(key, state, obs):
+    """The reference's step, compiled once (op by op, each of its primitives compiles on its
+    own): (the next key, toy_act's outputs, counter_step's (state, obs, reward, done))."""
+    key, k_act, k_env = jax.random.split(key, 3)
+    out = toy_act(obs, k_act)
+    return key, out, counter_step(jax.random.split(k_env, E), state, out["env_action"])
+
+
 def loop_rollout(state, obs, running, key, n_steps):
     """The reference: one Python step at a time, masked steps written as zeros."""
     state, obs, running = np.asarray(state), np.asarray(obs), np.asarray(running)
     traj = {k: [] for k in ("obs", "raw_obs", "action", "logp", "value", "reward", "done", "valid", "ep_return",
                             "ep_done")}
     for t in range(MAX_STEPS):
-        key, k_act, k_env = jax.random.split(key, 3)
-        out = {k: np.asarray(v) for k, v in toy_act(jnp.asarray(obs), k_act).items()}
+        key, out, stepped = one_step(key, state, obs)
+        out = {k: np.asarray(v) for k, v in out.items()}
         if t < n_steps:
-            s, o, r, d = (np.asarray(x) for x in counter_step(jax.random.split(k_env, E), jnp.asarray(state),
-                                                                 jnp.asarray(out["env_action"])))
+            s, o, r, d = (np.asarray(x) for x in stepped)
             acc = running + r
             row = dict(obs=out["obs_norm"], raw_obs=obs, action=out["action"], logp=out["logp"], value=out["value"],
                        reward=r, done=d, valid=np.ones(E, bool), ep_return=np.where(d, acc, 0.0), ep_done=d)
@@ -144,7 +152,8 @@ def test_update_epochs_uses_every_valid_sample_once_per_epoch_and_rejects_non_fi
         bad = jnp.any(mask & jnp.isnan(batch["poison"]))
         return params.at[batch["index"]].add(jnp.where(bad, jnp.nan, mask.astype(jnp.float32))), opt_state + 1
 
-    params, opt_state, rejected = stages.update_epochs(poisoned, jnp.zeros(N), jnp.int32(0), samples, valid, keys, M, L)
+    params, opt_state, rejected = jax.jit(lambda p: stages.update_epochs(poisoned, p, jnp.int32(0), samples, valid,
+                                                                         keys, M, L))(jnp.zeros(N))
     assert bool(rejected) and np.isfinite(np.asarray(params)).all()
     assert int(opt_state) == epochs * (M - 1)  # the minibatch holding sample 5 is rejected once per epoch
     assert float(np.asarray(params)[5]) == 0.0
@@ -157,8 +166,9 @@ def test_update_epochs_skips_empty_minibatches():
     def count(params, opt_state, batch, mask):
         return params.at[batch["index"]].add(mask.astype(jnp.float32)), opt_state + 1
 
-    params, opt_state, _ = stages.update_epochs(count, jnp.zeros(N), jnp.int32(0), dict(index=jnp.arange(N)), valid,
-                                                jax.random.split(jax.random.PRNGKey(2), 1), M, 2)
+    params, opt_state, _ = jax.jit(lambda p: stages.update_epochs(  # one program, not one per primitive
+        count, p, jnp.int32(0), dict(index=jnp.arange(N)), valid, jax.random.split(jax.random.PRNGKey(2), 1), M, 2))(
+        jnp.zeros(N))
     assert int(opt_state) == 2
     np.testing.assert_array_equal(np.asarray(params), np.asarray(valid, np.float32))
 
@@ -188,6 +198,10 @@ def numpy_objective(kind, reward, valid, ep_done, ep_return, prev_reward, prev_r
                 has_return=has_return_now, objective=value if tell else 0.0, tell=tell)
 
 
+# one compiled program per kind for the 6 cases (op by op, each primitive compiles on its own)
+iteration_objective = jax.jit(stages.iteration_objective, static_argnums=0)
+
+
 @pytest.mark.parametrize("kind", ["reward_change", "reward", "return_change"])
 @pytest.mark.parametrize("case", range(6))
 def test_iteration_objective_matches_numpy(kind, case):
@@ -204,9 +218,8 @@ def test_iteration_objective_matches_numpy(kind, case):
         reward[-1, -1] = 1e30  # invalid only if the step is valid
     prev_reward, prev_return = np.float32(np.nan if case == 4 else 0.25), np.float32(np.nan if case == 4 else -3.0)
     has_reward, has_return = (False, False) if case == 4 else (True, case != 5)
-    got = stages.iteration_objective(kind, jnp.asarray(reward), jnp.asarray(valid), jnp.asarray(ep_done),
-                                     jnp.asarray(ep_return), jnp.asarray(prev_reward), jnp.asarray(prev_return),
-                                     jnp.asarray(has_reward), jnp.asarray(has_return))
+    got = iteration_objective(kind, reward, valid, ep_done, ep_return, prev_reward, prev_return,
+                              np.asarray(has_reward), np.asarray(has_return))
     want = numpy_objective(kind, reward, valid, ep_done, ep_return, prev_reward, prev_return, has_reward, has_return)
     assert set(got) == set(want)
     for k, v in want.items():

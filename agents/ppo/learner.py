@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -160,7 +161,8 @@ def make_train(config: PPOConfig, env, tuner, eval_every: int | None = None) -> 
     return of one deterministic (mean-action / argmax) episode of at most
     config.eval_steps steps (`Learner.evaluate`, the study's evaluator) with the key
     `eval_key(key, iteration)`. The evaluations draw no key of the training: the state
-    and metrics are those of train without them. JAX environments only."""
+    and metrics are those of train without them. JAX environments only. The program holds
+    one iteration and one evaluation (in a lax.cond where one is due) whatever eval_every."""
     if isinstance(tuner, Population):
         raise ValueError(f"make_train: trains one agent, and population method {tuner.name!r} acts on the agent "
                          f"axis; run it with agents.driver.run(config, env, population, keys)")
@@ -171,27 +173,22 @@ def make_train(config: PPOConfig, env, tuner, eval_every: int | None = None) -> 
     if eval_every is None:
         return lambda key: learner.iterate(learner.init(key), T, 0)
     every = min(eval_every, T)
-    full, rest = divmod(T, every)
-
-    def segment(state, key, start, length):
-        state, metrics = learner.iterate(state, length, start)
-        done = start + length
-        return state, metrics, learner.evaluate(state, eval_key(key, done))
+    done = np.arange(1, T + 1)
+    evaluated = (done % every == 0) | (done == T)  # (T,) static: the iterations an evaluation follows
 
     def train(key):
-        def body(state, start):
-            state, metrics, ret = segment(state, key, start, every)
+        def body(state, xs):  # one iteration, then an evaluation where one is due
+            start, due = xs
+            state, metrics = learner.iterate(state, 1, start)
+            ret = jax.lax.cond(due, lambda s: learner.evaluate(s, eval_key(key, start + 1)).astype(jnp.float32),
+                               lambda s: jnp.float32(jnp.nan), state)
             return state, (metrics, ret)
 
-        starts = jnp.arange(full, dtype=jnp.int32) * every
-        state, (metrics, returns) = jax.lax.scan(body, learner.init(key), starts)
-        metrics = jax.tree.map(lambda m: m.reshape(full * every, *m.shape[2:]), metrics)
-        iterations = (starts + every).astype(jnp.int32)
-        if rest:
-            state, last, ret = segment(state, key, full * every, rest)
-            metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, last)
-            returns, iterations = jnp.append(returns, ret), jnp.append(iterations, jnp.int32(T))
-        return state, metrics, {"iteration": iterations, "eval_return": jnp.asarray(returns, jnp.float32)}
+        state, (metrics, returns) = jax.lax.scan(
+            body, learner.init(key), (jnp.arange(T, dtype=jnp.int32), jnp.asarray(evaluated)))
+        metrics = jax.tree.map(lambda m: m[:, 0], metrics)
+        return state, metrics, {"iteration": jnp.asarray(done[evaluated], jnp.int32),
+                                "eval_return": returns[np.flatnonzero(evaluated)]}
 
     return train
 
