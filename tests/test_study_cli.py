@@ -2,9 +2,9 @@
 configuration checks, corrupt files, file modes, progress output, warnings, `hcjax info`.
 
 Most tests call `cli.main` in this process (no compilation where the check happens
-before any work); the real runs are the smallest study there is (CartPole, 1 seed,
-2 iterations, the `fixed` method), or, in the subprocesses of the signal and checkpoint
-tests, tests/tiny_env.py's walker (no gymnax import there).
+before any work); the real runs are studies of tests/tiny_env.py's walker (1 seed, 2 iterations,
+`fixed` and `random`, or the checkpoint test's `hypercontroller`: no gymnax import in a subprocess),
+in this process where a signal or a kill does not need another.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from experiments import cli, deps
 from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, WALK, finish, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -368,21 +368,19 @@ CHECKPOINTED = tiny_study(["hypercontroller"], seeds=2, iterations=10, eval_ever
 
 
 @pytest.mark.slow
-def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
+def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path, capsys):
     """Five segments of 2 iterations; SIGKILL once the checkpoint holds segment k (k drawn
     at random), rerun: the unit equals an uninterrupted run's bit for bit, and its
-    checkpoint is gone. The uninterrupted reference runs in this process (`cli.main`, while
-    the resumed run goes on beside it): the same programs, from the persistent cache."""
+    checkpoint is gone. The rerun and then the uninterrupted reference run in this process
+    (`cli.main`): the killed run's programs, from the persistent cache, then kept."""
     import random
 
     study = tmp_path / "study.toml"
     study.write_text(CHECKPOINTED)
 
-    def start(out):
-        return hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True)
-
     k = random.Random().randint(1, 4)
-    killed = start(tmp_path / "k")  # alone: it compiles, and puts its programs in the persistent cache
+    killed = hcjax(["run", "--config", study, "--out", tmp_path / "k", "--no-plot", "--no-progress"],
+                   start_new_session=True)  # it compiles, and puts its programs in the persistent cache
     store = R.StudyDir(tmp_path / "k")
     ckpt = store.checkpoint_path("walk", "hypercontroller")
     wait_for_checkpoint([killed], ckpt, 2 * k)
@@ -393,13 +391,11 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
     assert 2 * k <= done <= 10, (k, done)
     assert not store.unit_path("walk", "hypercontroller").exists()
-    resumed = start(tmp_path / "k")
-    try:  # the uninterrupted run, here, beside the resumed one
-        assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot",
-                         "--no-progress"]) == 0
-    finally:
-        log = finish(resumed, 300)
+    code, _, log = main(["run", "--config", str(study), "--out", str(tmp_path / "k"), "--no-plot", "--no-progress"],
+                        capsys)
+    assert code == 0, log
     assert f"resume walk / hypercontroller from its checkpoint after iteration {done}" in log
+    assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot", "--no-progress"]) == 0
     a = R.StudyDir(tmp_path / "ref").units()[0]
     b = store.units()[0]
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
