@@ -172,3 +172,25 @@ def test_a_unit_group_keeps_its_programs_only_for_the_same_configuration():
     mine = first_unit(pair)
     assert first_unit(pair) is mine  # the same object: its first build and programs
     assert first_unit(gymnax.make("CartPole-v1")) is not mine  # another object (it may differ in code): anew
+
+
+def test_a_tuners_replay_programs_are_kept_per_tuner_configuration():
+    """The programs that time a method's tuner (its replay) are kept per tuner configuration:
+    the same for another environment or PPO (so every unit group of the method compiles them
+    once), others for another method, option, space or memory limit."""
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
+    built = []
+
+    def replay(plan, method="random", memory_limit_gib=8.0):
+        return programs.tuner_programs(plan, method, memory_limit_gib)("tuner replay", lambda: built.append(0) or
+                                                                       len(built))
+
+    first = replay(plan)
+    other_env = presets.resolve(studyfile.loads(STUDY.replace('["CartPole-v1"]', '["Acrobot-v1"]')
+                                                .replace("hidden_sizes = [8]", "hidden_sizes = [4]")))
+    assert replay(plan) == first and replay(other_env) == first and len(built) == 1
+    longer = presets.resolve(studyfile.loads(STUDY), iterations=8)  # hyperband's budget: 4 decisions, not 3
+    assert replay(longer) == first
+    assert len({first, replay(plan, "fixed"), replay(plan, memory_limit_gib=4.0), replay(plan, "hyperband"),
+                replay(longer, "hyperband"),
+                replay(presets.resolve(studyfile.loads(STUDY.replace("high = 1e-2", "high = 1e-1"))))}) == 6
