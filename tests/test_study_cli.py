@@ -33,9 +33,9 @@ from tests.test_plots import unit as synthetic_unit
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
 # the real runs: two units on tests/tiny_env.py's walker (the point is the exit status, the directory or the
 # process group, not CartPole: no gymnax import in a subprocess, a small program), one seed, one segment of
-# 2 iterations. The in-process runs below compile `fixed` (the Ctrl-C test and mini_study) and `random`
-# (adding a method) once (kept in this process: the factory's environment is built once), and put them in
-# the persistent compilation cache, from which the subprocess of the last Ctrl-C test loads both.
+# 2 iterations. The in-process runs below compile `fixed` (the Ctrl-C test, then kept for mini_study: the
+# factory's environment is built once) and `random` (adding a method) once; the subprocess of the second
+# Ctrl-C test loads `fixed` from the persistent compilation cache.
 INTERRUPTED = tiny_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
                          env_factories=(WALK,))
 
@@ -155,6 +155,28 @@ def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(wa
     interrupts.check()  # nothing left recorded for this process's next command
 
 
+@pytest.mark.slow
+def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
+    unit: exit 130 after the first unit was saved, and nothing of the group survives. After
+    the Ctrl-C test above: `fixed` comes from the persistent cache; `random` is compiled, so
+    the SIGINT always finds the second unit in flight."""
+    out, study = tmp_path / "s", tmp_path / "study.toml"
+    study.write_text(INTERRUPTED)
+    # A terminal's foreground job: SIGINT at its default, even where this test itself was
+    # started in the background by a non-interactive shell (which ignores SIGINT, and the
+    # run would inherit that and rightly keep ignoring it).
+    proc = hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_for_file(proc, R.StudyDir(out).unit_path("walk", "fixed"))
+    os.killpg(proc.pid, signal.SIGINT)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, log
+    assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # no process of the run's group is left
+
+
 # ---- the study directory ----------------------------------------------------------------------
 
 
@@ -245,27 +267,6 @@ def test_adding_a_method_to_a_study_keeps_both(mini_study, walked, tmp_path, cap
     manifest = json.loads((study / R.StudyDir.MANIFEST).read_text())
     assert manifest["config"]["methods"] == ["fixed", "random"] and len(manifest["runs"]) == 2
     assert sorted(u.meta["method"] for u in R.StudyDir(study).units()) == ["fixed", "random"]
-
-
-@pytest.mark.slow
-def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
-    """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
-    unit: exit 130 after the first unit was saved, and nothing of the group survives. After
-    the in-process runs of INTERRUPTED above: its programs come from the persistent cache."""
-    out, study = tmp_path / "s", tmp_path / "study.toml"
-    study.write_text(INTERRUPTED)
-    # A terminal's foreground job: SIGINT at its default, even where this test itself was
-    # started in the background by a non-interactive shell (which ignores SIGINT, and the
-    # run would inherit that and rightly keep ignoring it).
-    proc = hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True,
-                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for_file(proc, R.StudyDir(out).unit_path("walk", "fixed"))
-    os.killpg(proc.pid, signal.SIGINT)
-    log, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, log
-    assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)  # no process of the run's group is left
 
 
 # ---- output ---------------------------------------------------------------------------------
