@@ -10,39 +10,44 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import experiments
-import hcjax
-from agents import envs, ppo
-from agents.population import PopulationLoop
 from experiments import cli
 from experiments.study import engine, presets, programs, studyfile
 from experiments.study import store as R
+from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.checks import check
+from experiments.study.devices import seed_keys
 from experiments.study.plan import unit_keys
+from hcjax.population.sharding import agent_mesh
 from tests.cli_runs import tiny_study
 
-SPACE = hcjax.ppo_space(batch_size=(16, 32))
-CONFIG = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), tune_every=2,
-                       objective="return_change", eval_steps=50)
 # segments of 2 iterations (evaluations and population steps every 2): one segment program per method
 STUDY = tiny_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=2, hidden=8, batch_high=32,
                        eval_steps=50, extra="\n[tuner.pbt]\nquantile = 0.25\n")
 
 
 @pytest.mark.slow
-def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values():
-    population = hcjax.make_population("pbt", SPACE, quantile=0.25)
-    learner = ppo.make_learner(CONFIG, envs.make("CartPole-v1"), population)
-    loop = PopulationLoop(learner, population, 2, lambda metrics: None)
-    state = jax.jit(jax.vmap(learner.init))(jax.random.split(jax.random.PRNGKey(0), 4))
-    state, pop_state = loop.init(state)
-    state, _ = jax.jit(jax.vmap(lambda s: learner.iterate(s, 2, 0)))(state)  # agents now differ
-    before = jax.tree.map(np.asarray, state)
-    # agent 0 is worst, agent 3 best: with 4 agents and quantile 0.25, agent 0 takes agent 3's network
-    state, pop_state, parents = loop.step(state, pop_state, 2, jnp.asarray([0.0, 1.0, 2.0, 3.0]))
-    parents = np.asarray(parents)
+def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_values(study):
+    """The exploit step on real learner states: those of STUDY's pbt unit group (4 agents,
+    quantile 0.25) after one segment of 2 iterations, made by the learner, population loop
+    and compiled programs that the `study` run kept in this process (nothing compiled anew)."""
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
+    kept = programs.unit_programs(plan, plan.envs[0], ["pbt"], DEFAULT_MEMORY_LIMIT_GIB)
+    loop, mesh = kept.population, agent_mesh()
+    with compilations() as count:
+        state = kept.programs["init compiled"](seed_keys(np.arange(4), NamedSharding(mesh, P("agent"))))
+        state, pop_state = loop.init(state)
+        start = jax.device_put(jnp.asarray(0, jnp.int32), NamedSharding(mesh, P()))
+        state, _ = kept.programs[("segment", 2)](state, start)  # agents now differ
+        before = jax.tree.map(np.asarray, state)
+        # agent 0 is worst, agent 3 best: with 4 agents and quantile 0.25, agent 0 takes agent 3's network
+        state, pop_state, parents = loop.step(state, pop_state, 2, np.asarray([0.0, 1.0, 2.0, 3.0], np.float32))
+        parents = np.asarray(parents)
+    assert count["compiled"] == 0, count
     assert parents.tolist() == [3, 1, 2, 3]
     def copied(s):  # the optimiser's moments and count; its injected hyperparameters are checked below
         return dict(params=s.params, obs_stats=s.obs_stats, adam=s.opt_state.inner_state, count=s.opt_state.count)
@@ -167,3 +172,25 @@ def test_a_unit_group_keeps_its_programs_only_for_the_same_configuration():
     mine = first_unit(pair)
     assert first_unit(pair) is mine  # the same object: its first build and programs
     assert first_unit(gymnax.make("CartPole-v1")) is not mine  # another object (it may differ in code): anew
+
+
+def test_a_tuners_replay_programs_are_kept_per_tuner_configuration():
+    """The programs that time a method's tuner (its replay) are kept per tuner configuration:
+    the same for another environment or PPO (so every unit group of the method compiles them
+    once), others for another method, option, space or memory limit."""
+    plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
+    built = []
+
+    def replay(plan, method="random", memory_limit_gib=8.0):
+        return programs.tuner_programs(plan, method, memory_limit_gib)("tuner replay", lambda: built.append(0) or
+                                                                       len(built))
+
+    first = replay(plan)
+    other_env = presets.resolve(studyfile.loads(STUDY.replace('["CartPole-v1"]', '["Acrobot-v1"]')
+                                                .replace("hidden_sizes = [8]", "hidden_sizes = [4]")))
+    assert replay(plan) == first and replay(other_env) == first and len(built) == 1
+    longer = presets.resolve(studyfile.loads(STUDY), iterations=8)  # hyperband's budget: 4 decisions, not 3
+    assert replay(longer) == first
+    assert len({first, replay(plan, "fixed"), replay(plan, memory_limit_gib=4.0), replay(plan, "hyperband"),
+                replay(longer, "hyperband"),
+                replay(presets.resolve(studyfile.loads(STUDY.replace("high = 1e-2", "high = 1e-1"))))}) == 6

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import signal
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -264,3 +265,14 @@ def test_an_environment_object_given_again_keeps_its_build_while_among_the_recen
         own_envs.from_object(Walk())
     assert id(walk) not in own_envs._GIVEN
     assert own_envs.built(own_envs.from_object(walk).make) is not first
+
+
+def test_a_factory_reference_named_again_keeps_its_build_while_it_names_the_same_function(monkeypatch):
+    """A study file rerun in one process builds its factory's environment once (its units'
+    kept programs apply); a changed function under the same reference (a reloaded module) is
+    called again."""
+    first = own_envs.built(own_envs.from_factory("w=tests.test_study_api:make_walk").make)
+    assert own_envs.built(own_envs.from_factory("other=tests.test_study_api:make_walk").make) is first
+    monkeypatch.setattr(sys.modules[__name__], "make_walk", lambda: Walk())
+    changed = own_envs.built(own_envs.from_factory("w=tests.test_study_api:make_walk").make)
+    assert changed is not first and isinstance(changed, type(first))

@@ -2,9 +2,9 @@
 configuration checks, corrupt files, file modes, progress output, warnings, `hcjax info`.
 
 Most tests call `cli.main` in this process (no compilation where the check happens
-before any work); the real runs are the smallest study there is (CartPole, 1 seed,
-2 iterations, the `fixed` method), or, in the subprocesses of the signal and checkpoint
-tests, tests/tiny_env.py's walker (no gymnax import there).
+before any work); the real runs are studies of tests/tiny_env.py's walker (1 seed, 2 iterations,
+`fixed` and `random`, or the checkpoint test's `hypercontroller`: no gymnax import in a subprocess),
+in this process where a signal or a kill does not need another.
 """
 from __future__ import annotations
 
@@ -27,10 +27,17 @@ from experiments import cli, deps
 from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, WALK, finish, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
+# the real runs: two units on tests/tiny_env.py's walker (the point is the exit status, the directory or the
+# process group, not CartPole: no gymnax import in a subprocess, a small program), one seed, one segment of
+# 2 iterations. The in-process runs below compile `fixed` (the Ctrl-C test, then kept for mini_study: the
+# factory's environment is built once) and `random` (adding a method) once; the subprocess of the second
+# Ctrl-C test loads `fixed` from the persistent compilation cache.
+INTERRUPTED = tiny_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
+                         env_factories=(WALK,))
 
 
 def main(args, capsys):
@@ -41,10 +48,18 @@ def main(args, capsys):
 
 
 @pytest.fixture(scope="module")
-def mini_study(tmp_path_factory):
-    """A finished one-unit study (CartPole, fixed, 1 seed, 2 iterations)."""
+def walked(tmp_path_factory) -> list[str]:
+    """`hcjax run` arguments of the INTERRUPTED study file (add --methods, --out)."""
+    path = tmp_path_factory.mktemp("walk") / "study.toml"
+    path.write_text(INTERRUPTED)
+    return ["run", "--config", str(path), "--no-plot", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def mini_study(tmp_path_factory, walked):
+    """A finished one-unit study (the walker, fixed, 1 seed, 2 iterations)."""
     out = tmp_path_factory.mktemp("mini")
-    assert cli.main(MINI + ["--methods", "fixed", "--out", str(out)]) == 0
+    assert cli.main(walked + ["--methods", "fixed", "--out", str(out)]) == 0
     return out
 
 
@@ -113,33 +128,7 @@ def test_main_puts_back_the_callers_signal_handlers(capsys):
             signal.signal(s, handler)
 
 
-# two units on tests/tiny_env.py's walker (the point is the process group, not CartPole: no gymnax
-# import, a small program), one seed, one segment of 2 iterations
-INTERRUPTED = tiny_study(["fixed", "random"], seeds=1, iterations=2, eval_every=2, eval_steps=16, envs=(),
-                             env_factories=(WALK,))
-
-
-@pytest.mark.slow
-def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
-    """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
-    unit: exit 130 after the first unit was saved, and nothing of the group survives."""
-    out, study = tmp_path / "s", tmp_path / "study.toml"
-    study.write_text(INTERRUPTED)
-    # A terminal's foreground job: SIGINT at its default, even where this test itself was
-    # started in the background by a non-interactive shell (which ignores SIGINT, and the
-    # run would inherit that and rightly keep ignoring it).
-    proc = hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True,
-                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for_file(proc, R.StudyDir(out).unit_path("walk", "fixed"))
-    os.killpg(proc.pid, signal.SIGINT)
-    log, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, log
-    assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)  # no process of the run's group is left
-
-
-def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(tmp_path, capsys, monkeypatch):
+def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(walked, tmp_path, capsys, monkeypatch):
     """The KeyboardInterrupt of Ctrl-C raised inside a callback whose exceptions Python drops
     (as JAX's garbage-collection callback did: "Exception ignored in ...", the run then went on
     to its end and exited 0): the run stops before the next unit group, exit 130, without
@@ -158,12 +147,34 @@ def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(tm
 
     monkeypatch.setattr(Progress, "update", update)
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)  # Python's own report (not pytest's)
-    code, _, err = main(MINI + ["--methods", "fixed", "random", "--out", str(tmp_path)], capsys)
+    code, _, err = main(walked + ["--methods", "fixed", "random", "--out", str(tmp_path)], capsys)
     assert update.fired and code == 130, err
     assert "interrupted; 1 of 2 units finished" in err
     assert "Exception ignored" not in err and "Traceback" not in err
-    assert not R.StudyDir(tmp_path).unit_path("CartPole-v1", "random").exists()
+    assert not R.StudyDir(tmp_path).unit_path("walk", "random").exists()
     interrupts.check()  # nothing left recorded for this process's next command
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second
+    unit: exit 130 after the first unit was saved, and nothing of the group survives. After
+    the Ctrl-C test above: `fixed` comes from the persistent cache; `random` is compiled, so
+    the SIGINT always finds the second unit in flight."""
+    out, study = tmp_path / "s", tmp_path / "study.toml"
+    study.write_text(INTERRUPTED)
+    # A terminal's foreground job: SIGINT at its default, even where this test itself was
+    # started in the background by a non-interactive shell (which ignores SIGINT, and the
+    # run would inherit that and rightly keep ignoring it).
+    proc = hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_for_file(proc, R.StudyDir(out).unit_path("walk", "fixed"))
+    os.killpg(proc.pid, signal.SIGINT)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, log
+    assert "interrupted; 1 of 2 units finished" in log and "Traceback" not in log
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # no process of the run's group is left
 
 
 # ---- the study directory ----------------------------------------------------------------------
@@ -191,9 +202,9 @@ def test_an_out_that_cannot_be_written_is_a_usage_error(kind, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_another_configuration_into_a_study_is_refused(mini_study, capsys):
+def test_another_configuration_into_a_study_is_refused(mini_study, walked, capsys):
     before = (mini_study / R.StudyDir.MANIFEST).read_bytes()
-    code, _, err = main(MINI + ["--methods", "fixed", "--seeds", "2", "--out", str(mini_study)], capsys)
+    code, _, err = main(walked + ["--methods", "fixed", "--seeds", "2", "--out", str(mini_study)], capsys)
     assert code == 2 and "holds a study with a different configuration" in err and "seeds: 1 -> 2" in err
     code, _, err = main(["run", "--preset", "cpu", "--envs", "CartPole-v1", "--methods", "fixed",
                          "--no-plot", "--out", str(mini_study)], capsys)
@@ -205,32 +216,32 @@ def test_another_configuration_into_a_study_is_refused(mini_study, capsys):
 def test_files_get_the_users_umask(mini_study):
     mask = os.umask(0)
     os.umask(mask)
-    for path in (mini_study / R.StudyDir.MANIFEST, R.StudyDir(mini_study).unit_path("CartPole-v1", "fixed")):
+    for path in (mini_study / R.StudyDir.MANIFEST, R.StudyDir(mini_study).unit_path("walk", "fixed")):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
 
 
 @pytest.mark.slow
-def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, tmp_path, capsys):
+def test_a_corrupt_unit_is_skipped_by_plot_and_recomputed_by_run(mini_study, walked, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
-    path = R.StudyDir(study).unit_path("CartPole-v1", "fixed")
+    path = R.StudyDir(study).unit_path("walk", "fixed")
     path.write_bytes(path.read_bytes()[:100])  # truncated
     code, _, err = main(["plot", str(study)], capsys)
     assert code == 2 and f"{path}: unreadable unit file" in err and "skipped" in err
     assert "no finished units" in err
-    code, _, err = main(MINI + ["--methods", "fixed", "--out", str(study)], capsys)
+    code, _, err = main(walked + ["--methods", "fixed", "--out", str(study)], capsys)
     assert code == 0, err
-    moved = list((study / "units" / "corrupt").glob("CartPole-v1__fixed.npz.*"))
+    moved = list((study / "units" / "corrupt").glob("walk__fixed.npz.*"))
     assert len(moved) == 1 and moved[0].stat().st_size == 100
-    assert f"moved {path} to {moved[0]}" in err and "done CartPole-v1 / fixed" in err
+    assert f"moved {path} to {moved[0]}" in err and "done walk / fixed" in err
     assert R.load_unit(path).train_reward.shape == (1, 2)
 
 
 @pytest.mark.slow
-def test_a_corrupt_manifest_is_named_with_the_fix(mini_study, tmp_path, capsys):
+def test_a_corrupt_manifest_is_named_with_the_fix(mini_study, walked, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
     manifest = study / R.StudyDir.MANIFEST
     manifest.write_text('{"config": ')
-    for args in (MINI + ["--methods", "fixed", "--out", str(study)], ["plot", str(study)]):
+    for args in (walked + ["--methods", "fixed", "--out", str(study)], ["plot", str(study)]):
         code, _, err = main(args, capsys)
         assert code == 2, err
         assert f"{manifest} is corrupt" in err and f"mv {manifest} {manifest}.bad" in err
@@ -249,9 +260,9 @@ def test_plot_refuses_to_mix_study_configurations(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_adding_a_method_to_a_study_keeps_both(mini_study, tmp_path, capsys):
+def test_adding_a_method_to_a_study_keeps_both(mini_study, walked, tmp_path, capsys):
     study = copy_of(mini_study, tmp_path)
-    code, _, err = main(MINI + ["--methods", "random", "--out", str(study)], capsys)
+    code, _, err = main(walked + ["--methods", "random", "--out", str(study)], capsys)
     assert code == 0, err
     manifest = json.loads((study / R.StudyDir.MANIFEST).read_text())
     assert manifest["config"]["methods"] == ["fixed", "random"] and len(manifest["runs"]) == 2
@@ -358,21 +369,19 @@ CHECKPOINTED = tiny_study(["hypercontroller"], seeds=2, iterations=10, eval_ever
 
 
 @pytest.mark.slow
-def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
+def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path, capsys):
     """Five segments of 2 iterations; SIGKILL once the checkpoint holds segment k (k drawn
     at random), rerun: the unit equals an uninterrupted run's bit for bit, and its
-    checkpoint is gone. The uninterrupted reference runs in this process (`cli.main`, while
-    the resumed run goes on beside it): the same programs, from the persistent cache."""
+    checkpoint is gone. The rerun and then the uninterrupted reference run in this process
+    (`cli.main`): the killed run's programs, from the persistent cache, then kept."""
     import random
 
     study = tmp_path / "study.toml"
     study.write_text(CHECKPOINTED)
 
-    def start(out):
-        return hcjax(["run", "--config", study, "--out", out, "--no-plot", "--no-progress"], start_new_session=True)
-
     k = random.Random().randint(1, 4)
-    killed = start(tmp_path / "k")  # alone: it compiles, and puts its programs in the persistent cache
+    killed = hcjax(["run", "--config", study, "--out", tmp_path / "k", "--no-plot", "--no-progress"],
+                   start_new_session=True)  # it compiles, and puts its programs in the persistent cache
     store = R.StudyDir(tmp_path / "k")
     ckpt = store.checkpoint_path("walk", "hypercontroller")
     wait_for_checkpoint([killed], ckpt, 2 * k)
@@ -383,13 +392,11 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path):
     # 10: killed after the last segment's checkpoint, before the unit's file (a valid resume point)
     assert 2 * k <= done <= 10, (k, done)
     assert not store.unit_path("walk", "hypercontroller").exists()
-    resumed = start(tmp_path / "k")
-    try:  # the uninterrupted run, here, beside the resumed one
-        assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot",
-                         "--no-progress"]) == 0
-    finally:
-        log = finish(resumed, 300)
+    code, _, log = main(["run", "--config", str(study), "--out", str(tmp_path / "k"), "--no-plot", "--no-progress"],
+                        capsys)
+    assert code == 0, log
     assert f"resume walk / hypercontroller from its checkpoint after iteration {done}" in log
+    assert cli.main(["run", "--config", str(study), "--out", str(tmp_path / "ref"), "--no-plot", "--no-progress"]) == 0
     a = R.StudyDir(tmp_path / "ref").units()[0]
     b = store.units()[0]
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):

@@ -37,7 +37,7 @@ from experiments.study.plan import (
     unit_keys,
 )
 from experiments.study.presets import EnvChoice, Plan, check_unit_names
-from experiments.study.programs import unit_programs
+from experiments.study.programs import tuner_programs, unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
@@ -93,7 +93,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
 
         if population is None:
             tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every,
-                                            program=lambda name, build: kept.program((name, method), build))  # noqa: B023
+                                            program=tuner_programs(plan, method, memory_limit_gib))
         else:
             tuner_time = measure_population_time(sub, out["lineage_iteration"], out["lineage_objective"],
                                                  p.iterations, program=kept.program)

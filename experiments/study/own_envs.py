@@ -13,7 +13,9 @@ per-environment PPO overrides) whose `make` names it and fingerprints its static
 "object:QUALNAME#FP" or "factory:REF#FP". `make` enters the unit's configuration key, so a
 directory resumes a study only with an environment of the same name and fingerprint; a change
 inside the code that keeps all of these is not detected (rename the label to start over).
-The built environment is kept in this process under its `make` (`built`, read by `build.environment`).
+The built environment is kept in this process under its `make` (`built`, read by `build.environment`);
+an object given again, and a factory reference naming the same function object again, keep their
+first build (the GIVEN_KEPT most recent of each), so a rerun's units reuse their compiled programs.
 """
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ _BUILT: dict[str, Any] = {}  # make -> the environment built in this process
 # object given again after that is built again (its units then compile again)
 _GIVEN: OrderedDict[int, tuple[Any, Any, str]] = OrderedDict()
 GIVEN_KEPT = 16  # as many as experiments.study.programs keeps unit configurations
+# factory reference (without its label) -> (the factory function, its build, params text), the
+# GIVEN_KEPT most recently named: the same function named again is not called again
+_FACTORIES: OrderedDict[str, tuple[Any, Any, str]] = OrderedDict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,17 +139,25 @@ def from_object(obj, label: str | None = None) -> Own:
     its units' compiled programs (`experiments.study.programs`); give a new object after
     changing one."""
     where = f"envs: {label or _qualified(obj)}"
-    given = _GIVEN.get(id(obj))
-    if given is not None and given[0] is obj:
-        env, params = given[1], given[2]
-        _GIVEN.move_to_end(id(obj))
-    else:
+    if callable(obj):  # a factory object is called again (only a named factory reference keeps its build)
         env, params = build_object(obj, where)
-        if not callable(obj):  # the entry holds the object: its id names no other while kept
-            _GIVEN[id(obj)] = (obj, env, params)
-            while len(_GIVEN) > GIVEN_KEPT:
-                _GIVEN.popitem(last=False)
+    else:  # the entry holds the object: its id names no other while kept
+        env, params = _kept_build(_GIVEN, id(obj), obj, lambda: build_object(obj, where))
     return _choice(env, label, f"object:{_qualified(obj)}", params, "your own environment (a Python object)")
+
+
+def _kept_build(kept: OrderedDict, key, source, build) -> tuple[Any, str]:
+    """(environment, params text) kept in `kept` under `key` while its entry holds this very
+    `source` (an object or factory function); else `build()`, kept (the GIVEN_KEPT most recent)."""
+    entry = kept.get(key)
+    if entry is not None and entry[0] is source:
+        kept.move_to_end(key)
+        return entry[1], entry[2]
+    env, params = build()
+    kept[key] = (source, env, params)
+    while len(kept) > GIVEN_KEPT:
+        kept.popitem(last=False)
+    return env, params
 
 
 def import_factory(reference: str):
@@ -165,11 +178,14 @@ def import_factory(reference: str):
 
 
 def from_factory(reference: str) -> Own:
-    """The Own of an importable factory reference (imported, called, built, registered)."""
+    """The Own of an importable factory reference (imported, called, built, registered). The
+    same reference naming the same function object again (of the GIVEN_KEPT most recently
+    named) keeps its first build, so rerunning a study file in one process (a resume, a
+    notebook) reuses its units' compiled programs; reload the module after changing its code."""
     label, factory = import_factory(reference)
-    env, params = build_object(factory, f"env_factories: {reference!r}")
-    label = label or env.name
     ref = reference.strip().split("=", 1)[-1] if "=" in reference else reference.strip()
+    env, params = _kept_build(_FACTORIES, ref, factory, lambda: build_object(factory, f"env_factories: {reference!r}"))
+    label = label or env.name
     return _choice(env, label, f"factory:{ref}", params,
                    f"your own environment: factory {ref} (imports and runs your code)")
 

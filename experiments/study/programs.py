@@ -14,8 +14,12 @@ seed count, fast_compile, the memory limit, the devices and the JAX settings tha
 program (KEY_SETTINGS). Not in it: the output directory and what only changes the inputs
 (the seeds' values); the segment lengths (eval_every) name programs within one.
 
-At most MAX_KEPT configurations are kept, the least recently used dropped first; `clear()`
-drops them all (their compiled programs' memory is freed with them).
+A method's tuner-time replay programs (`replay.measure_tuner_time`, the tuner alone) are kept
+per tuner configuration instead (`tuner_programs`): every unit group of the method, on each
+environment, fused or alone, compiles them once in the process.
+
+At most MAX_KEPT configurations (and MAX_KEPT tuner configurations) are kept, the least recently
+used dropped first; `clear()` drops them all (their compiled programs' memory is freed with them).
 """
 from __future__ import annotations
 
@@ -61,6 +65,11 @@ class UnitPrograms:
 
 
 _KEPT: OrderedDict[tuple, UnitPrograms] = OrderedDict()
+_TUNER_KEPT: OrderedDict[str, dict] = OrderedDict()  # tuner configuration key -> {name: program}
+
+
+def _settings() -> dict:
+    return {k: jax.config.values.get(k) for k in KEY_SETTINGS}
 
 
 def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> str:
@@ -71,7 +80,7 @@ def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib
                            tune_every=p.tune_every, fast_compile=bool(p.fast_compile),
                            memory_limit_gib=float(memory_limit_gib), processes=jax.process_count(),
                            devices=[str(d) for d in jax.devices()],
-                           settings={k: jax.config.values.get(k) for k in KEY_SETTINGS}))
+                           settings=_settings()))
 
 
 def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> UnitPrograms:
@@ -99,6 +108,25 @@ def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_g
     return kept
 
 
+def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """A `program(name, build)` for the programs of `method`'s tuner alone (the replay that
+    times it), kept per tuner configuration: the method, its options, the space, the memory
+    limit and the JAX settings (not the environment, the PPO or the methods fused with it)."""
+    key = config_key(dict(method=method, tuner=tuner_options(plan, method), space=[dict(h) for h in plan.preset.space],
+                          memory_limit_gib=float(memory_limit_gib), settings=_settings()))
+    kept = _TUNER_KEPT.pop(key, {})
+    _TUNER_KEPT[key] = kept  # the most recently used last
+    while len(_TUNER_KEPT) > MAX_KEPT:
+        _TUNER_KEPT.popitem(last=False)
+
+    def program(name: Hashable, build: Callable[[], Any]):
+        if name not in kept:
+            kept[name] = build()
+        return kept[name]
+
+    return program
+
+
 def built_anew(name: Hashable, build: Callable[[], Any]):
     """A `program(name, build)` that keeps nothing: every program built anew (the default of
     `loops.run_jax_unit` and of the `replay` measures)."""
@@ -108,3 +136,4 @@ def built_anew(name: Hashable, build: Callable[[], Any]):
 def clear() -> None:
     """Drop every kept configuration (the next run of each builds and compiles anew)."""
     _KEPT.clear()
+    _TUNER_KEPT.clear()
