@@ -24,6 +24,7 @@ used dropped first; `clear()` drops them all (their compiled programs' memory is
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -59,9 +60,26 @@ class UnitPrograms:
 
     def program(self, name: Hashable, build: Callable[[], Any]):
         """The program kept under `name`; `build()` makes it the first time."""
-        if name not in self.programs:
-            self.programs[name] = build()
-        return self.programs[name]
+        return _program(self.programs, name, build)
+
+
+def _program(programs: dict, name: Hashable, build: Callable[[], Any]):
+    """programs[name], made by `build()` the first time."""
+    if name not in programs:
+        programs[name] = build()
+    return programs[name]
+
+
+def _keep(kept: OrderedDict, key, make: Callable[[], Any]):
+    """kept[key], made by `make()` the first time; the most recently used last, the least
+    recently used dropped beyond MAX_KEPT."""
+    if key in kept:
+        kept.move_to_end(key)
+        return kept[key]
+    value = kept[key] = make()
+    while len(kept) > MAX_KEPT:
+        kept.popitem(last=False)
+    return value
 
 
 _KEPT: OrderedDict[tuple, UnitPrograms] = OrderedDict()
@@ -87,10 +105,14 @@ def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_g
     """The UnitPrograms of (env, methods) under `plan`: the one kept for this configuration,
     or a new one (kept, dropping the least recently used beyond MAX_KEPT)."""
     environment = build.environment(env.make)
-    key = (id(environment), program_key(plan, env, methods, memory_limit_gib))  # the entry holds the environment:
-    if key in _KEPT:  # its id names no other object while kept
-        _KEPT.move_to_end(key)
-        return _KEPT[key]
+    # the entry holds the environment: its id names no other object while kept
+    key = (id(environment), program_key(plan, env, methods, memory_limit_gib))
+    return _keep(_KEPT, key, lambda: _new_unit_programs(plan, env, methods, memory_limit_gib, environment))
+
+
+def _new_unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float,
+                       environment) -> UnitPrograms:
+    """A new UnitPrograms of (env, methods) under `plan`, built on `environment` (no program yet)."""
     p = plan.preset
     config = PPOConfig(**ppo_options(plan, env))
     tuners = [build.make_method(plan, m, memory_limit_gib) for m in methods]
@@ -102,10 +124,7 @@ def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_g
                                     mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
     else:
         learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
-    kept = _KEPT[key] = UnitPrograms(environment, learner, tuners, population)
-    while len(_KEPT) > MAX_KEPT:
-        _KEPT.popitem(last=False)
-    return kept
+    return UnitPrograms(environment, learner, tuners, population)
 
 
 def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable[[Hashable, Callable[[], Any]], Any]:
@@ -114,17 +133,7 @@ def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable
     limit and the JAX settings (not the environment, the PPO or the methods fused with it)."""
     key = config_key(dict(method=method, tuner=tuner_options(plan, method), space=[dict(h) for h in plan.preset.space],
                           memory_limit_gib=float(memory_limit_gib), settings=_settings()))
-    kept = _TUNER_KEPT.pop(key, {})
-    _TUNER_KEPT[key] = kept  # the most recently used last
-    while len(_TUNER_KEPT) > MAX_KEPT:
-        _TUNER_KEPT.popitem(last=False)
-
-    def program(name: Hashable, build: Callable[[], Any]):
-        if name not in kept:
-            kept[name] = build()
-        return kept[name]
-
-    return program
+    return functools.partial(_program, _keep(_TUNER_KEPT, key, dict))
 
 
 def built_anew(name: Hashable, build: Callable[[], Any]):
