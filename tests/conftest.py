@@ -32,8 +32,9 @@ Writing a test (almost all of the suite's time is XLA compilation):
   stale entry is never used for a changed program).
 - HCJAX_TEST_PROFILE=DIR writes DIR/<worker>.jsonl: one line per test (with its fixtures'
   setup) with its wall seconds, the CPU seconds of this process and of the subprocesses it
-  waited for, and the XLA compilations it ran (count, seconds, persistent-cache hits);
-  `python -m tests.profile_summary DIR` tabulates them. CPU seconds and compilations do not
+  waited for, the XLA compilations it ran (count, seconds, persistent-cache hits, each one's
+  name and seconds) and its seconds of tracing and lowering; `python -m tests.profile_summary DIR`
+  tabulates them, with the programs compiled most often. CPU seconds and compilations do not
   depend on the machine's load; wall seconds do.
 """
 from __future__ import annotations
@@ -128,13 +129,15 @@ def pytest_unconfigure(config):
 
 
 class _CompileCounter:
-    """Counts the backend compilations JAX reports through jax.monitoring, and those of them
-    that the persistent cache answered."""
+    """Counts the backend compilations JAX reports through jax.monitoring (with the name and
+    seconds of each), those of them that the persistent cache answered, and the seconds spent
+    tracing to a jaxpr and lowering to MLIR."""
 
     def __init__(self):
         import jax
 
-        self.count, self.seconds, self.cache_hits = 0, 0.0, 0
+        self.count, self.seconds, self.cache_hits, self.trace_s, self.lower_s = 0, 0.0, 0, 0.0, 0.0
+        self.names: list[tuple[str, float]] = []
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         jax.monitoring.register_event_listener(self._on_event)
 
@@ -146,6 +149,11 @@ class _CompileCounter:
         if event == "/jax/core/compile/backend_compile_duration":
             self.count += 1
             self.seconds += seconds
+            self.names.append((str(kwargs.get("fun_name", "?")), round(seconds, 3)))
+        elif event == "/jax/core/compile/jaxpr_trace_duration":
+            self.trace_s += seconds
+        elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            self.lower_s += seconds
 
 
 if _PROFILE_DIR:
@@ -160,6 +168,7 @@ if _PROFILE_DIR:
             _counter = _CompileCounter()
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         count, seconds, hits, wall = _counter.count, _counter.seconds, _counter.cache_hits, time.perf_counter()
+        traced, lowered = _counter.trace_s, _counter.lower_s
         yield
         own2, children2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         line = {
@@ -170,6 +179,9 @@ if _PROFILE_DIR:
             "compiles": _counter.count - count,
             "compile_s": round(_counter.seconds - seconds, 3),
             "cache_hits": _counter.cache_hits - hits,
+            "trace_s": round(_counter.trace_s - traced, 3),
+            "lower_s": round(_counter.lower_s - lowered, 3),
+            "compiled": _counter.names[count:],
         }
         out = Path(_PROFILE_DIR)
         out.mkdir(parents=True, exist_ok=True)
