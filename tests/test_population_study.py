@@ -3,8 +3,6 @@ population unit's checkpoint and resume (with the programs the process kept: not
 compiled again), lineage on disk and in the figures; what the kept programs are keyed by."""
 from __future__ import annotations
 
-import contextlib
-
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -24,6 +22,7 @@ from experiments.study.devices import seed_keys
 from experiments.study.plan import unit_keys
 from hcjax.population.sharding import agent_mesh
 from tests.cli_runs import tiny_study
+from tests.compilations import compilations
 
 # segments of 2 iterations (evaluations and population steps every 2): one segment program per method
 STUDY = tiny_study(["pbt", "pb2_population"], seeds=4, iterations=6, eval_every=2, hidden=8, batch_high=32,
@@ -64,25 +63,6 @@ def test_a_population_step_copies_the_donors_networks_and_sets_every_agents_valu
     np.testing.assert_array_equal(np.asarray(state.env_state.time), before.env_state.time)  # envs stay
 
 
-@contextlib.contextmanager
-def compilations():
-    """{"lowered": programs lowered to XLA, "compiled": programs compiled} inside the block (a
-    persistent-cache hit is lowered, not compiled)."""
-    count = {"lowered": 0, "compiled": 0}
-    events = {"/jax/core/compile/jaxpr_to_mlir_module_duration": "lowered",
-              "/jax/core/compile/backend_compile_duration": "compiled"}
-
-    def listen(event, seconds, **kwargs):
-        if event in events:
-            count[events[event]] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield count
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-
-
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """The output directory of STUDY (pbt and pb2_population) run by `hcjax run`."""
@@ -119,7 +99,7 @@ def test_a_population_unit_resumes_from_its_checkpoint_bit_identically(tmp_path,
         with np.load(store.checkpoint_path(env.label, "pbt")) as z:
             assert int(z["record/done"]) == 4 and z["record/lineage_iteration"].tolist() == [2, 4]
         resumed = run(store)
-    assert count == {"lowered": 0, "compiled": 0}
+    assert (count["lowered"], count["compiled"]) == (0, 0), count
     for name in R.SEED_METRICS + ("eval_reward",) + R.LINEAGE:
         np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name), err_msg=name)
     assert whole.lineage_iteration.tolist() == [2, 4] and whole.lineage_parent.shape == (4, 2)

@@ -11,6 +11,7 @@ from experiments import cli
 from experiments.study import presets, studyfile
 from experiments.study import store as R
 from experiments.study.checks import check
+from tests.compilations import compilations
 
 STUDY = '''
 name = "tiny"
@@ -133,11 +134,14 @@ def test_space_and_envs_flags_change_a_preset(capsys):
 @pytest.mark.slow
 def test_fused_methods_give_each_method_its_own_numbers(tiny, tmp_path, capsys):
     """fuse_methods runs every method of an environment in one program (a stacked tuner,
-    compiled once: `tiny`); every unit equals the same method run alone, bit for bit."""
+    compiled once: `tiny`); every unit equals the same method run alone, bit for bit. The
+    methods run alone share one evaluation program (`programs.evaluation_programs`)."""
     path = tmp_path / "alone.toml"
     path.write_text(STUDY.replace('methods = ["fixed", "random"]', 'methods = ["hypercontroller", "random"]'))
     out = tmp_path / "alone"
-    assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
+    with compilations() as count:
+        assert cli.main(["run", "--config", str(path), "--out", str(out), "--no-plot", "--no-progress"]) == 0
+    assert count["names"].count("jit(evaluate_one)") == 1, count["names"]  # two units, one evaluation program
     units = {"true": tiny[1], "false": {u.meta["method"]: u for u in R.StudyDir(out).units()}}
     capsys.readouterr()
     assert units["true"]["random"].meta["fused_with"] == ["fixed", "random", "hypercontroller"]

@@ -37,7 +37,7 @@ from experiments.study.plan import (
     unit_keys,
 )
 from experiments.study.presets import EnvChoice, Plan, check_unit_names
-from experiments.study.programs import tuner_programs, unit_programs
+from experiments.study.programs import evaluation_programs, tuner_programs, unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult
@@ -79,7 +79,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
                            checkpoint=checkpoint, which=which if M > 1 else None, population=population,
-                           on_record=on_record, program=kept.program)
+                           on_record=on_record, program=kept.program,
+                           shared=evaluation_programs(plan, env, environment))
     if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
         out.update(lineage_iteration=np.zeros(0, np.int32), lineage_parent=np.zeros((len(ids), 0), np.int32),
                    lineage_objective=np.zeros((len(ids), 0), np.float32))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,12 +35,22 @@ def compiled(jitted, *args, fast: bool = False):
     return lowered.compile(compiler_options={"xla_backend_optimization_level": 0}) if fast else lowered.compile()
 
 
+class Evaluated(NamedTuple):
+    """What an evaluation reads of a learner state (`agents.ppo.learner.mode`): the same
+    pytree whatever the tuner, so every method's units share one evaluation program."""
+
+    params: Any
+    obs_stats: Any
+    hparams: jax.Array
+
+
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
                  checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
                  population: PopulationLoop | None = None,
                  on_record: Callable[[Record], None] = lambda record: None,
-                 program: Callable[[Hashable, Callable[[], Any]], Any] = built_anew) -> dict[str, np.ndarray]:
+                 program: Callable[[Hashable, Callable[[], Any]], Any] = built_anew,
+                 shared: Callable[[Hashable, Callable[[], Any]], Any] = built_anew) -> dict[str, np.ndarray]:
     """Train len(seed_ids) agents as one vmapped program sharded over every device,
     in segments with an evaluation after every `eval_every` iterations and the last.
 
@@ -57,7 +67,8 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     TensorBoard scalars: written first, a kill between the two leaves no gap). program:
     program(name, build) -> the program kept under name for this learner and agent count
     (`experiments.study.programs.UnitPrograms.program`: a rerun compiles nothing), by
-    default every program built anew.
+    default every program built anew; shared: the same for the evaluation, which no tuner
+    changes (`experiments.study.programs.evaluation_programs`: kept across methods).
     """
     mesh = agent_mesh()
     agents = NamedSharding(mesh, P("agent"))
@@ -78,7 +89,7 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     init = program("init", lambda: jax.jit(jax.vmap(init_one), in_shardings=(agents,) * len(init_args),
                                            out_shardings=agents))
 
-    def evaluate_one(state, k, it):
+    def evaluate_one(state: Evaluated, k, it):
         return learner.evaluate(state, eval_key(k, it))
 
     def start_state():
@@ -104,9 +115,12 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     state, pop_state = (tree, None) if population is None else tree
     on_record(record)
     an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
-    evaluate = program("evaluate", lambda: compiled(
+    def evaluated(state) -> Evaluated:
+        return Evaluated(state.params, state.obs_stats, state.hparams)
+
+    evaluate = shared(("evaluate", len(seed_ids)), lambda: compiled(
         jax.jit(jax.vmap(evaluate_one, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
-                out_shardings=agents), state, keys, an_int, fast=fast_compile))
+                out_shardings=agents), evaluated(state), keys, an_int, fast=fast_compile))
 
     def segment(length):
         def build():  # the first iteration's number is unbatched: asks only when deciding
@@ -125,7 +139,7 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
         done = record.done + length
         reward = None
         if done % eval_every == 0 or done == iterations:
-            reward = to_host(evaluate(state, keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
+            reward = to_host(evaluate(evaluated(state), keys, jax.device_put(jnp.asarray(done, jnp.int32), scalar)))
         record.add(length, metrics, reward, 0.0)
         if population is not None and population.due(done, iterations):
             state, pop_state, parents, objectives = population.advance(state, pop_state, done, record.metrics())

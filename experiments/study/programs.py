@@ -16,7 +16,10 @@ program (KEY_SETTINGS). Not in it: the output directory and what only changes th
 
 A method's tuner-time replay programs (`replay.measure_tuner_time`, the tuner alone) are kept
 per tuner configuration instead (`tuner_programs`): every unit group of the method, on each
-environment, fused or alone, compiles them once in the process.
+environment, fused or alone, compiles them once in the process. The evaluation program reads
+only the networks, observation statistics and hyperparameters of an agent, so it is kept per
+environment, PPO configuration and space (`evaluation_programs`): the units of every method on
+an environment share one compilation per agent count.
 
 At most MAX_KEPT configurations (and MAX_KEPT tuner configurations) are kept, the least recently
 used dropped first; `clear()` drops them all (their compiled programs' memory is freed with them).
@@ -84,6 +87,8 @@ def _keep(kept: OrderedDict, key, make: Callable[[], Any]):
 
 _KEPT: OrderedDict[tuple, UnitPrograms] = OrderedDict()
 _TUNER_KEPT: OrderedDict[str, dict] = OrderedDict()  # tuner configuration key -> {name: program}
+# (environment id, evaluation configuration key) -> (the environment, {name: program})
+_EVAL_KEPT: OrderedDict[tuple, tuple[Any, dict]] = OrderedDict()
 
 
 def _settings() -> dict:
@@ -136,6 +141,19 @@ def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable
     return functools.partial(_program, _keep(_TUNER_KEPT, key, dict))
 
 
+def evaluation_programs(plan: Plan, env: EnvChoice, environment) -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """A `program(name, build)` for the programs of (env, `environment`) that no method changes
+    (the evaluation), kept per environment object, PPO configuration, space, fast_compile,
+    devices and JAX settings: not the methods, their options or the seed count (name them by
+    the agent count)."""
+    p = plan.preset
+    key = (id(environment), config_key(dict(ppo=ppo_options(plan, env), space=[dict(h) for h in p.space],
+                                            fast_compile=bool(p.fast_compile), processes=jax.process_count(),
+                                            devices=[str(d) for d in jax.devices()], settings=_settings())))
+    # the entry holds the environment: its id names no other object while kept
+    return functools.partial(_program, _keep(_EVAL_KEPT, key, lambda: (environment, {}))[1])
+
+
 def built_anew(name: Hashable, build: Callable[[], Any]):
     """A `program(name, build)` that keeps nothing: every program built anew (the default of
     `loops.run_jax_unit` and of the `replay` measures)."""
@@ -146,3 +164,4 @@ def clear() -> None:
     """Drop every kept configuration (the next run of each builds and compiles anew)."""
     _KEPT.clear()
     _TUNER_KEPT.clear()
+    _EVAL_KEPT.clear()
