@@ -44,6 +44,11 @@ class Evaluated(NamedTuple):
     hparams: jax.Array
 
 
+def evaluated(state) -> Evaluated:
+    """The Evaluated part of a learner state."""
+    return Evaluated(state.params, state.obs_stats, state.hparams)
+
+
 def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int,
                  on_segment: Callable[[int], None] = lambda k: None, fast_compile: bool = False,
                  checkpoint: Checkpoint | None = None, which: np.ndarray | None = None,
@@ -115,9 +120,6 @@ def run_jax_unit(learner, seed_ids: np.ndarray, iterations: int, eval_every: int
     state, pop_state = (tree, None) if population is None else tree
     on_record(record)
     an_int = jax.device_put(jnp.asarray(0, jnp.int32), scalar)  # shape and sharding of the int arguments
-    def evaluated(state) -> Evaluated:
-        return Evaluated(state.params, state.obs_stats, state.hparams)
-
     evaluate = shared(("evaluate", len(seed_ids)), lambda: compiled(
         jax.jit(jax.vmap(evaluate_one, in_axes=(0, 0, None)), in_shardings=(agents, agents, scalar),
                 out_shardings=agents), evaluated(state), keys, an_int, fast=fast_compile))

@@ -95,15 +95,20 @@ def _settings() -> dict:
     return {k: jax.config.values.get(k) for k in KEY_SETTINGS}
 
 
+def _environment_config(plan: Plan, env: EnvChoice) -> dict:
+    """What every program of `env` is built from whatever the methods: the PPO configuration,
+    the space, fast_compile, the processes, devices and JAX settings."""
+    p = plan.preset
+    return dict(ppo=ppo_options(plan, env), space=[dict(h) for h in p.space], fast_compile=bool(p.fast_compile),
+                processes=jax.process_count(), devices=[str(d) for d in jax.devices()], settings=_settings())
+
+
 def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> str:
     """The hash of everything but the environment object that the programs of (env, methods) are built from."""
     p = plan.preset
-    return config_key(dict(methods=list(methods), ppo=ppo_options(plan, env), space=[dict(h) for h in p.space],
+    return config_key(dict(_environment_config(plan, env), methods=list(methods),
                            tuner={m: tuner_options(plan, m) for m in methods}, seeds=p.seeds,
-                           tune_every=p.tune_every, fast_compile=bool(p.fast_compile),
-                           memory_limit_gib=float(memory_limit_gib), processes=jax.process_count(),
-                           devices=[str(d) for d in jax.devices()],
-                           settings=_settings()))
+                           tune_every=p.tune_every, memory_limit_gib=float(memory_limit_gib)))
 
 
 def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> UnitPrograms:
@@ -146,10 +151,7 @@ def evaluation_programs(plan: Plan, env: EnvChoice, environment) -> Callable[[Ha
     (the evaluation), kept per environment object, PPO configuration, space, fast_compile,
     devices and JAX settings: not the methods, their options or the seed count (name them by
     the agent count)."""
-    p = plan.preset
-    key = (id(environment), config_key(dict(ppo=ppo_options(plan, env), space=[dict(h) for h in p.space],
-                                            fast_compile=bool(p.fast_compile), processes=jax.process_count(),
-                                            devices=[str(d) for d in jax.devices()], settings=_settings())))
+    key = (id(environment), config_key(_environment_config(plan, env)))
     # the entry holds the environment: its id names no other object while kept
     return functools.partial(_program, _keep(_EVAL_KEPT, key, lambda: (environment, {}))[1])
 
