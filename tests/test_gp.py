@@ -228,6 +228,15 @@ def compile_each(lowered: dict) -> dict:
     return {path: by_text[low.as_text()] for path, low in lowered.items()}
 
 
+def runs_here(batched) -> bool:
+    """Whether a test may run a program compiled for the CPU under `gp.lapack_batching(batched)`:
+    not a forced-batched one with a protected jax (< 0.11), whose XLA:CPU can deadlock on the
+    vmapped LAPACK calls it holds (a CI run's Python 3.11 suite once hung here, in
+    test_vmap_paths_...). Such a program is compiled and its HLO read, not run; the batched path's
+    values are checked with jax >= 0.11, where it is the default."""
+    return not (batched and gp.PROTECTED)
+
+
 def assert_trees_close(a, b, rtol=RTOL, atol=ATOL):
     jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol,
                                                                    atol=atol), a, b)
@@ -270,12 +279,13 @@ def test_vmap_paths_give_the_loop_values_and_cpu_default_follows_the_jax_version
         with gp.lapack_batching(batched):
             lowered[batched] = jax.jit(jax.vmap(gp_outputs)).lower(*args)
     compiled = compile_each(lowered)
-    out = {batched: compiled[batched](*args) for batched in compiled}
+    out = {batched: compiled[batched](*args) for batched in compiled if runs_here(batched)}
     # Reference: one unvmapped call per agent.
     single = jax.jit(gp_outputs)
     loop = [single(*(a[i] for a in args)) for i in range(AGENTS)]
     reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
-    for batched in (None, False, True):
+    assert len(out) == (2 if gp.PROTECTED else 3)
+    for batched in out:
         assert_trees_close(out[batched], reference)
     jitter = np.asarray(reference["jitter"])
     assert jitter[0] > 0 and jitter[1] > jitter[0] and jitter[2] == -1.0  # three escalation outcomes
@@ -331,12 +341,13 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
         with gp.lapack_batching(batched):  # read at trace time
             traced[batched] = jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)
     compiled = compile_each({batched: t.lower() for batched, t in traced.items()})
-    out = {batched: compiled[batched](states, ask_keys, objectives) for batched in compiled}
+    out = {batched: compiled[batched](states, ask_keys, objectives) for batched in compiled if runs_here(batched)}
     single = jax.jit(decision)
     at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)
     loop = [single(at(states, i), ask_keys[i], objectives[i]) for i in range(AGENTS)]
     reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
-    for batched in (None, True):
+    assert len(out) == (1 if gp.PROTECTED else 2)
+    for batched in out:
         assert_trees_close(out[batched], reference)
     assert np.unique(np.asarray(reference[1]), axis=0).shape[0] == AGENTS  # three different decisions
     assert_default_cpu_path(lapack_calls(compiled[None].as_text()))

@@ -1,5 +1,6 @@
 """agents.networks.orthogonal under vmap: the batched and the one-QR-at-a-time paths give
-the values of a Python loop of unvmapped inits, the kernels are orthogonal with the
+the values of a Python loop of unvmapped inits (the batched path is run with jax >= 0.11 only:
+tests.test_gp.runs_here), the kernels are orthogonal with the
 requested gain, and the default path is read from the HLO (unbatched LAPACK QR when
 compiled for the CPU, batched cuSOLVER QR when lowered for CUDA)."""
 import jax
@@ -9,7 +10,7 @@ import pytest
 
 from agents import networks as nets
 from hcjax import gp
-from tests.test_gp import CPU, assert_batched, assert_unbatched, lapack_calls, stablehlo_calls
+from tests.test_gp import CPU, assert_batched, assert_unbatched, lapack_calls, runs_here, stablehlo_calls
 
 AGENTS = 3
 OBS, ACT, HIDDEN = 5, 2, (64, 64)
@@ -42,10 +43,12 @@ def test_vmapped_init_paths_equal_the_loop_and_are_orthogonal():
     for batched in (None, False, True):
         with gp.lapack_batching(batched):
             compiled[batched] = jax.jit(jax.vmap(init)).lower(keys).compile()
-        out[batched] = compiled[batched](keys)
+        if runs_here(batched):  # a forced-batched QR is compiled and read, not run, with a protected jax
+            out[batched] = compiled[batched](keys)
     loop = [jax.jit(init)(keys[i]) for i in range(AGENTS)]
     reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
-    for batched in (None, False, True):
+    assert len(out) == (2 if gp.PROTECTED else 3)
+    for batched in out:
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6),
                                out[batched], reference)
     for i in range(AGENTS):
