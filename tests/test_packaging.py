@@ -74,7 +74,8 @@ def test_extras_table_matches_pyproject():
     assert extra_packages("studies") >= extra_packages("agents")
     assert extra_packages("export") == extra_packages("studies") | {"pyarrow"}
     assert extra_packages("all") == extra_packages("export") | extra_packages("brax") | extra_packages("gymnasium")
-    assert extra_packages("dev") >= extra_packages("all") | {"pytest", "pytest-xdist", "ruff", "build", "twine"}
+    tools = {"pytest", "pytest-xdist", "pytest-timeout", "ruff", "build", "twine"}
+    assert extra_packages("dev") >= extra_packages("all") | tools
     assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
 
 
@@ -149,3 +150,32 @@ def test_command_without_brax_resolves_the_smoke_preset(blocked):
         """, blocked=blocked)
     assert result.returncode == 0 and "envs ['CartPole-v1']" in result.stdout, result.stderr
     assert 'the brax backend cannot be imported' in result.stdout and 'pip install "hcjax[brax]"' in result.stdout
+
+
+HANG = """
+import threading
+def test_hangs():
+    threading.Event().wait()  # never set: as a deadlocked XLA:CPU call waits
+"""
+
+
+@pytest.mark.slow
+def test_a_hanging_test_fails_the_run_once_with_its_stacks(pytestconfig, tmp_path):
+    """pyproject.toml's guard against hangs is on in this session (the README's command reads
+    it): a test that never returns fails the run, with every thread's stack, once (its worker
+    is not replaced to run it again), and the other worker's tests still pass (here after 1 and 2 s
+    instead of 590 and 600)."""
+    assert pytestconfig.pluginmanager.hasplugin("timeout")
+    assert (pytestconfig.getini("faulthandler_timeout"), pytestconfig.getini("timeout"),
+            pytestconfig.getini("timeout_method")) == (590.0, "600", "thread")
+    assert "--max-worker-restart=0" in pytestconfig.getini("addopts")
+    (tmp_path / "test_hang.py").write_text(HANG)
+    (tmp_path / "test_fine.py").write_text("def test_fine():\n    assert True\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                             "loadfile", "--max-worker-restart=0", "-o", "faulthandler_timeout=1", "-o", "timeout=2",
+                             "-o", "timeout_method=thread"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "1 failed, 1 passed" in out, out[-2000:]
+    assert "Timeout (0:00:01)!" in out and 'test_hang.py", line 4 in test_hangs' in out  # the stack, on the terminal
+    assert "crashed while running 'test_hang.py::test_hangs'" in out
