@@ -13,7 +13,9 @@ so Gamma is Schur-stable; alpha sets how persistent each configuration's value i
 Q = q^2 (k(c, c') + 1e-4 I) with k a squared-exponential kernel over the configurations'
 unit-grid coordinates c (length scale ell): nearby configurations drift together.
 Everything is pure JAX: `make` and `run` jit and vmap over keys, so thousands of
-problems run at once.
+problems run at once. ||M||_2 is an SVD: vmapped on the CPU with jax < 0.11 it runs one
+matrix per LAPACK call (`hcjax.gp.platform_batched`), as batched calls can deadlock XLA:CPU
+there; Q's Cholesky factor depends on no key and is never batched.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hcjax import pytree
+from hcjax.gp import platform_batched
 from hcjax.space import unit_space
 from hcjax.tuner import Tuner, check_float, check_int
 
@@ -39,6 +42,12 @@ class LGDS:
     z0: jax.Array
     h: int = pytree.static_field()
     d: int = pytree.static_field()
+
+
+@platform_batched
+def _spectral_norm(m: jax.Array) -> jax.Array:
+    """(k, k) -> () its largest singular value, by an SVD (`platform_batched`)."""
+    return jnp.linalg.norm(m, ord=2)
 
 
 def config_coordinates(h: int, d: int) -> np.ndarray:
@@ -64,7 +73,7 @@ def make(key: jax.Array, h: int = 2, d: int = 10, *, rho: float = 0.95, alpha: f
     k = d**h
     k_gamma, k_z = jax.random.split(key)
     m = jax.random.normal(k_gamma, (k, k))
-    m = m / jnp.linalg.norm(m, ord=2)
+    m = m / _spectral_norm(m)
     gamma = rho * (alpha * jnp.eye(k) + (1.0 - alpha) * m)
     c = jnp.asarray(config_coordinates(h, d))
     sq = jnp.sum((c[:, None, :] - c[None, :, :]) ** 2, axis=-1)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import hcjax
-from hcjax import lgds
+from hcjax import gp, lgds
+from tests.test_gp import AGENTS, CPU, assert_default_cpu_path, lapack_calls
 
 
 def test_gamma_is_schur_and_noise_is_the_kernel():
@@ -17,6 +18,21 @@ def test_gamma_is_schur_and_noise_is_the_kernel():
     np.testing.assert_allclose(c[1], [0.0, 1 / 3], rtol=1e-6)
     expected = 0.3**2 * np.exp(-0.5 * np.sum((c[0] - c[1]) ** 2) / 0.3**2)
     np.testing.assert_allclose(q[0, 1], expected, rtol=1e-3)
+
+
+def test_vmapped_problems_follow_the_lapack_protection():
+    """`make` vmapped over keys (as `regret_table` builds its problems): the SVD of ||M||_2 runs
+    one matrix per LAPACK call with a protected jax (< 0.11: a stack of them can deadlock
+    XLA:CPU), a stack otherwise (read from the compiled HLO); the values equal a loop of
+    single problems."""
+    keys = jax.device_put(jax.random.split(jax.random.PRNGKey(4), AGENTS), CPU)
+    gamma = lambda key: lgds.make(key, h=2, d=3).gamma
+    compiled = jax.jit(jax.vmap(gamma)).lower(keys).compile()
+    svd = [call for call in lapack_calls(compiled.as_text()) if "gesdd" in call[0]]
+    assert len(svd) == 1 and gp.PROTECTED == (len(svd[0][1]) == 2)
+    assert_default_cpu_path(svd)
+    single = jax.jit(gamma)
+    np.testing.assert_allclose(compiled(keys), np.stack([single(k) for k in keys]), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
