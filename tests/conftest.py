@@ -84,6 +84,10 @@ def pytest_configure(config):
     # xdist schedules files in the collected order (COSTLIEST_FIRST), not by their number of tests
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # a worker that crashed (the guard against hangs in pyproject.toml ends one) is not replaced:
+    # xdist would start a new one that runs the same test again, up to 8 times under -n 2
+    if getattr(config.option, "maxworkerrestart", "") is None:  # not given on the command line
+        config.option.maxworkerrestart = "0"
     if not hasattr(config, "workerinput") and _CACHE_VAR not in os.environ:  # the controller (or a lone process)
         os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="hcjax-test-jax-cache-")
         config._hcjax_cache_made = True

@@ -168,7 +168,7 @@ def test_a_hanging_test_fails_the_run_once_with_its_stacks(pytestconfig, tmp_pat
     assert pytestconfig.pluginmanager.hasplugin("timeout")
     assert (pytestconfig.getini("faulthandler_timeout"), pytestconfig.getini("timeout"),
             pytestconfig.getini("timeout_method")) == (590.0, "600", "thread")
-    assert "--max-worker-restart=0" in pytestconfig.getini("addopts")
+    assert pytestconfig.option.maxworkerrestart == "0"  # tests/conftest.py, as --max-worker-restart=0
     (tmp_path / "test_hang.py").write_text(HANG)
     (tmp_path / "test_fine.py").write_text("def test_fine():\n    assert True\n")
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
