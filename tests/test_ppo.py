@@ -11,7 +11,7 @@ import pytest
 import hcjax
 from agents import envs, ppo
 from agents import networks as nets
-from agents.ppo.learner import make_optimizer
+from agents.ppo.learner import FLAT_MAX_PARAMS, make_optimizer
 from agents.wrappers import init_obs_stats, update_obs_stats
 from tests.conftest import optimized
 
@@ -124,13 +124,15 @@ def numpy_clipped_adam(params, grads_seq, lr, max_norm, eps, b1=0.9, b2=0.999):
     return out
 
 
-def test_flat_optimizer_is_clipped_adam_per_array():
-    """PPO's optimiser on one flat vector (optax.flatten) equals clipped Adam computed array
-    by array (NumPy reference), with the clip inactive (small gradients) and active (large)."""
+@pytest.mark.parametrize("flat", [True, False])
+def test_optimizer_is_clipped_adam_per_array(flat):
+    """PPO's optimiser, on one flat vector (optax.flatten) or array by array, equals clipped
+    Adam computed array by array (NumPy reference), with the clip inactive (small gradients)
+    and active (large)."""
     rng = np.random.default_rng(0)
     params = {"w": rng.normal(size=(3, 5)), "b": rng.normal(size=5), "v": rng.normal(size=(5, 1))}
     grads_seq = [{k: rng.normal(size=v.shape) * scale for k, v in params.items()} for scale in (0.01, 0.02, 5.0, 9.0)]
-    tx = make_optimizer(3e-3, 1.0, 1e-5)
+    tx = make_optimizer(3e-3, 1.0, 1e-5, flat=flat)
 
     @jax.jit
     def run(params, grads_seq):
@@ -144,7 +146,25 @@ def test_flat_optimizer_is_clipped_adam_per_array():
     f32 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), (params, grads_seq))
     for got, want in zip(run(*f32), numpy_clipped_adam(params, grads_seq, 3e-3, 1.0, 1e-5)):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
-    assert jax.tree.leaves(jax.eval_shape(tx.init, f32[0]))[1].shape == (3 * 5 + 5 + 5,)  # Adam's moments: flat
+    moments = jax.tree.leaves(jax.eval_shape(tx.init, f32[0]))[1]
+    assert moments.shape == ((3 * 5 + 5 + 5,) if flat else (5,))  # Adam's moments: flat, else per array
+
+
+@pytest.mark.parametrize("hidden, flat", [((8,), True), ((64, 64), True), ((256, 256), False)])
+def test_the_flat_optimizer_is_taken_for_small_networks_only(hidden, flat):
+    """make_learner's optimiser is flat for networks of at most FLAT_MAX_PARAMS parameters
+    (counted here by hand: Pendulum's 3 observations, 1 action with its log std) and per
+    array above it, where the flat layout cost a 3x256 PPO agent half its speed (issue 44)."""
+    sizes = [3, *hidden]
+    mlp = lambda out: sum((a + 1) * b for a, b in zip(sizes, sizes[1:])) + (sizes[-1] + 1) * out
+    count = mlp(1) + 1 + mlp(1)  # actor (mean and log std), critic
+    learner = ppo.make_learner(ppo.PPOConfig(hidden_sizes=hidden, num_envs=2, batch_size=8, num_minibatches=2),
+                               "Pendulum-v1", hcjax.make_tuner("fixed", hcjax.ppo_space()))
+    assert (count <= FLAT_MAX_PARAMS) == flat
+    state = jax.eval_shape(learner.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    adam = state.opt_state.inner_state[1][0]
+    assert len(jax.tree.leaves(adam.mu)) == (1 if flat else 4 * (len(hidden) + 1) + 1)  # kernels, biases, log std
+    assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adam.mu)) == count
 
 
 def test_categorical_log_prob_and_entropy():

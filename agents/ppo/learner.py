@@ -104,14 +104,32 @@ class Parts(NamedTuple):
     action_high: jax.Array
 
 
-def make_optimizer(learning_rate, max_grad_norm, adam_eps, flat: bool = True):
+# The flat optimiser's size limit: networks (actor and critic together) of at most this many
+# parameters get `make_optimizer(flat=True)`. Measured per update on the CPU (a clipped-Adam step
+# of an actor and a critic, 64 samples): flat 0.9x the per-array time at 351 parameters, 0.7x at
+# 11k, 1.3x at 39k, 1.6x at 143k and 274k (the paper's 3x256 networks: one PPO agent ran at half
+# the frames per second, issue 44); the crossover lies near 20k.
+FLAT_MAX_PARAMS = 16384
+
+
+def make_optimizer(learning_rate, max_grad_norm, adam_eps, flat: bool):
     """PPO's optimiser: gradients clipped to a global norm, then Adam. flat: on one vector of
     every parameter (`optax.flatten`), the same elementwise arithmetic as per weight array (the
-    global norm sums in another order: equal to float32 rounding) in about a fifth less XLA
-    compilation of a training program (one Adam update instead of one per array;
-    experiments/benchmarks/bench_compile.py); its state holds flat moment vectors."""
+    global norm sums in another order: equal to float32 rounding); a training program compiles
+    in 0.80-0.95x the time (one Adam update instead of one per array;
+    experiments/benchmarks/bench_compile.py), and its state holds flat moment vectors. It costs
+    a concatenation and a split of every parameter per update, so make_learner takes it only
+    for small networks (FLAT_MAX_PARAMS)."""
     tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
     return optax.flatten(tx) if flat else tx
+
+
+def network_size(actor: nets.Actor, critic: nets.Critic, obs_size: int) -> int:
+    """The number of parameters of the actor and the critic together (shapes only: nothing runs)."""
+    dummy = jax.ShapeDtypeStruct((obs_size,), jnp.float32)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    shapes = [jax.eval_shape(net.init, key, dummy) for net in (actor, critic)]
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(shapes))
 
 
 def make_learner(config: PPOConfig, env, tuner) -> Learner:
@@ -137,12 +155,13 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     N, M = max_steps * config.num_envs, config.num_minibatches
     if N < M:
         raise ValueError(f"PPOConfig.num_minibatches must be <= max batch {N} (num_envs x max_steps), got {M}")
-    opt = optax.inject_hyperparams(make_optimizer)(**{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
+    actor = nets.Actor(env.action_size, env.discrete, config.hidden_sizes, config.activation, config.init_log_std)
+    critic = nets.Critic(config.hidden_sizes, config.activation)
+    flat = network_size(actor, critic, env.obs_size) <= FLAT_MAX_PARAMS
+    opt = optax.inject_hyperparams(make_optimizer, static_args=("flat",))(
+        flat=flat, **{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
     p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
-              max_steps=max_steps, num_samples=N, minibatch_length=-(-N // M),
-              actor=nets.Actor(env.action_size, env.discrete, config.hidden_sizes, config.activation,
-                               config.init_log_std),
-              critic=nets.Critic(config.hidden_sizes, config.activation), opt=opt,
+              max_steps=max_steps, num_samples=N, minibatch_length=-(-N // M), actor=actor, critic=critic, opt=opt,
               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
     bound = {name: functools.partial(fn, p) for name, fn in dict(
         init=init, iterate=iterate, evaluate=evaluate, act=act, value=value, learn=learn, n_steps=n_steps,

@@ -1,6 +1,6 @@
 """Compilation and step time of PPO's training program, its optimiser on one flat vector
-(`agents.ppo.learner.make_optimizer(flat=True)`, the default) against one Adam update per
-weight array (flat=False).
+(`agents.ppo.learner.make_optimizer(flat=True)`, what make_learner takes for networks of at
+most FLAT_MAX_PARAMS parameters) against one Adam update per weight array (flat=False).
 
     python -m experiments.benchmarks.bench_compile [--quick] [--out FILE]
 
@@ -16,7 +16,6 @@ Writes JSON (default bench_out/compile.json) atomically.
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import time
 
@@ -39,13 +38,13 @@ CONFIGS = {  # name -> (PPOConfig fields, tuner)
 def measure(name: str, flat: bool) -> dict:
     """One round of configuration `name` with the flat or per-array optimiser."""
     fields, tuner = CONFIGS[name]
-    original = ppo_learner.make_optimizer
-    ppo_learner.make_optimizer = functools.partial(original, flat=flat)
+    original = ppo_learner.FLAT_MAX_PARAMS
+    ppo_learner.FLAT_MAX_PARAMS = 2**62 if flat else 0  # the layout forced whatever the network's size
     try:
         learner = ppo.make_learner(ppo.PPOConfig(**fields), envs.make("CartPole-v1"),
                                    hcjax.make_tuner(tuner, hcjax.ppo_space(batch_size=(16, fields["max_batch_size"]))))
     finally:
-        ppo_learner.make_optimizer = original
+        ppo_learner.FLAT_MAX_PARAMS = original
     state = jax.jit(learner.init)(jax.random.PRNGKey(0))
     segment = jax.jit(lambda s: learner.iterate(s, 2, 0))
     t0 = time.process_time()
