@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments import cli, deps
-from experiments.benchmarks import bench, bench_compile, bench_ppo
+from experiments.benchmarks import bench, bench_compile, bench_guard, bench_ppo
 from experiments.study import methods, presets
 from experiments.study import store as R
 from experiments.study.checks import check
@@ -227,6 +227,25 @@ def test_compile_benchmark_summarises_interleaved_rounds_against_the_per_array_o
     assert flat["compile_range"] == "4.00-6.00" and flat["step_ms"] == pytest.approx(2.0)
     assert flat["step_range_ms"] == "1.0-3.0"
     assert "bench_compile" in bench.SCRIPTS
+
+
+def test_the_speed_guard_fails_below_its_bound_in_any_row(monkeypatch, tmp_path):
+    """bench_guard passes when every row's median ratio reaches --min-ratio and fails
+    (report passed False: exit status 1 as a script) when one row falls below it; it
+    refuses to measure the suite's unoptimised programs."""
+    ratios = {("Pendulum-v1", 1): 0.8, ("Pendulum-v1", 4): 0.8, ("CartPole-v1", 1): 0.8, ("CartPole-v1", 4): 0.55}
+    monkeypatch.setattr(bench_guard, "measure", lambda env, n, iters, rounds: dict(env=env, agents=n,
+                                                                                     ratio=ratios[env, n]))
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+    out = str(tmp_path / "guard.json")
+    assert bench_guard.main(["--quick", "--out", out])["passed"]
+    report = bench_guard.main(["--out", out])
+    assert not report["passed"] and [r["verdict"] for r in report["rows"]] == ["ok", "ok", "ok", "FAILED"]
+    assert bench_guard.main(["--out", out, "--min-ratio", "0.5"])["passed"]
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    with pytest.raises(SystemExit):
+        bench_guard.main(["--quick", "--out", out])
+    assert "bench_guard" in bench.SCRIPTS
 
 
 def test_the_methods_table_covers_exactly_the_registries():

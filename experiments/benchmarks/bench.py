@@ -9,6 +9,7 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_ppo         PPO frames per second with each tuner, agents-per-program scaling
     experiments.benchmarks.bench_own_loop    the own-training-loop example, tuned / untuned wall time (4 seeds)
     experiments.benchmarks.bench_compile     compilation and step time of a PPO program, flat vs per-array optimiser
+    experiments.benchmarks.bench_guard       the PPO speed guard: hcjax's PPO step / a minimal PPO's, one process
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -31,7 +32,7 @@ from experiments.study import provenance
 from experiments.study import store as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_population_distributed", "bench_ppo",
-           "bench_own_loop", "bench_compile")
+           "bench_own_loop", "bench_compile", "bench_guard")
 
 
 class _Tee(io.StringIO):
