@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from experiments.study import estimate, presets, studyfile
+from experiments.study.plan import Plan, Preset
 
 SMALLEST = 'envs = ["CartPole-v1"]\nmethods = ["fixed", "random"]\n'
 
@@ -28,14 +29,14 @@ SMALLEST = 'envs = ["CartPole-v1"]\nmethods = ["fixed", "random"]\n'
 def learn_unit_file() -> str:
     """cpu_learn as a study file with one environment (CartPole-v1) and one method (fixed)."""
     p = presets.PRESETS["cpu_learn"]
-    one = presets.Preset(name="learn_unit", envs=("CartPole-v1",), methods=("fixed",), seeds=p.seeds,
+    one = Preset(name="learn_unit", envs=("CartPole-v1",), methods=("fixed",), seeds=p.seeds,
                          iterations=p.iterations, eval_every=p.eval_every, tune_every=p.tune_every, space=p.space,
                          ppo=p.ppo, tuner=p.tuner, env_ppo={"CartPole-v1": p.env_ppo["CartPole-v1"]},
                          fuse_methods=p.fuse_methods)
     return studyfile.dumps(one)
 
 
-def studies(tmp: Path, quick: bool) -> dict[str, tuple[list[str], presets.Plan]]:
+def studies(tmp: Path, quick: bool) -> dict[str, tuple[list[str], Plan]]:
     """name -> (`hcjax run` arguments, plan)."""
     (tmp / "smallest.toml").write_text(SMALLEST)
     (tmp / "learn_unit.toml").write_text(learn_unit_file())

@@ -66,8 +66,9 @@ try:  # optional: Parquet output (pip install "hcjax[export]")
 except ImportError:
     pyarrow = None
 
+from experiments.study.keys import study_key
 from experiments.study.methods import is_population
-from experiments.study.plan import segments, study_key
+from experiments.study.plan import segments
 from experiments.study.store import UnitResult
 
 TABLES = ("iterations", "evaluations", "lineage")

@@ -35,10 +35,10 @@ from experiments.study import build, engine, estimate, own_envs, presets, studyf
 from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
-from experiments.study.plan import unit_keys
+from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.store import StudyDir
 
-PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(presets.Preset))
+PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
 
 
 class StudyFailed(RuntimeError):
@@ -84,7 +84,7 @@ class Study:
     env_ppo, paths, fast_compile, fuse_methods, description, reductions).
     Nothing is checked or built until `plan`, `check` or `run`."""
 
-    def __init__(self, preset: str | presets.Preset | None = None, *, envs=None,
+    def __init__(self, preset: str | Preset | None = None, *, envs=None,
                  env_factories: Sequence[str] | None = None, methods: Sequence[str] | None = None,
                  seeds: int | None = None, iterations: int | None = None,
                  space: Sequence[Mapping[str, Any]] | None = None, ppo: Mapping[str, Any] | None = None,
@@ -93,13 +93,13 @@ class Study:
         if unknown:
             raise ValueError(f"Study: unknown field(s) {unknown}; allowed: {', '.join(PRESET_FIELDS)}")
         if preset is None:
-            preset = presets.Preset(name="study", envs=(), methods=(), seeds=None, iterations=None,
+            preset = Preset(name="study", envs=(), methods=(), seeds=None, iterations=None,
                                     ppo=dict(presets.SMALL_PPO))
         self.preset, self.envs, self.methods, self.seeds, self.iterations = preset, envs, methods, seeds, iterations
         self.space, self.env_factories = space, env_factories
         self.changes = dict(fields, **({} if ppo is None else {"ppo": dict(ppo)}),
                             **({} if name is None else {"name": name}))
-        self._plan: presets.Plan | None = None
+        self._plan: Plan | None = None
         self._checked: float | None = None
 
     @classmethod
@@ -107,11 +107,11 @@ class Study:
         """The study of a study file (TOML, `experiments.study.studyfile`), with overrides."""
         return cls(studyfile.load(path), **overrides)
 
-    def plan(self) -> presets.Plan:
+    def plan(self) -> Plan:
         """The validated plan (ValueError naming the field); builds your own environments."""
         if self._plan is None:
             base = presets.PRESETS.get(self.preset, self.preset) if isinstance(self.preset, str) else self.preset
-            if isinstance(base, presets.Preset) and self.changes:
+            if isinstance(base, Preset) and self.changes:
                 base = dataclasses.replace(base, **self.changes)
             names, own = self._environments()
             self._plan = presets.resolve(base, envs=names, methods=self.methods, seeds=self.seeds,
@@ -137,7 +137,7 @@ class Study:
                 own.append(own_envs.from_object(env, label))
         return names, own
 
-    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> presets.Plan:
+    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Plan:
         """Everything checked before any work (ValueError): the plan, every environment
         built (a missing optional dependency named), PPO settings, tuners, memory."""
         plan = self.plan()
@@ -198,7 +198,7 @@ def _old_env_choices(store: StudyDir) -> list[dict]:
 class StudyRun:
     """A checked study holding its directory (from `Study.open`): `execute` does the work."""
 
-    plan: presets.Plan
+    plan: Plan
     store: StudyDir
     writer: bool
     progress: bool
@@ -266,7 +266,7 @@ class StudyRun:
         return result
 
 
-def check_environments(plan: presets.Plan) -> None:
+def check_environments(plan: Plan) -> None:
     """Build every environment of the plan (cached for the run): one whose optional
     dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
     backend's package missing or too old) is the user's to install: ValueError naming it."""

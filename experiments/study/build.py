@@ -6,8 +6,7 @@ import functools
 
 from agents import envs
 from experiments.study import methods, own_envs
-from experiments.study.plan import tuner_options
-from experiments.study.presets import Plan
+from experiments.study.plan import Plan, tuner_options
 from hcjax import make_population, make_tuner
 
 DEFAULT_MEMORY_LIMIT_GIB = 8.0

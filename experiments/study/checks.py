@@ -12,8 +12,7 @@ from agents.ppo.config import check_batch_options
 from experiments.study import build
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.methods import ALL_METHODS, is_population
-from experiments.study.plan import ppo_options, unit_groups
-from experiments.study.presets import EnvChoice, Plan
+from experiments.study.plan import EnvChoice, Plan, ppo_options, unit_groups
 from hcjax import Space, make_tuner
 
 WORKSPACE_FACTOR = 4  # an iteration's XLA temporaries, relative to the state and trajectory (generous)

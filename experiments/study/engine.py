@@ -27,16 +27,10 @@ from experiments.study import interrupts
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.devices import padded_count
+from experiments.study.keys import config_key
 from experiments.study.loops import run_host_unit, run_jax_unit
-from experiments.study.plan import (
-    config_key,
-    merge_configs,
-    study_config,
-    unit_config,
-    unit_groups,
-    unit_keys,
-)
-from experiments.study.presets import EnvChoice, Plan, check_unit_names
+from experiments.study.plan import EnvChoice, Plan, merge_configs, study_config, unit_config, unit_groups, unit_keys
+from experiments.study.presets import check_unit_names
 from experiments.study.programs import evaluation_programs, tuner_programs, unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time

@@ -27,8 +27,8 @@ import numpy as np
 from agents.ppo import PPOConfig
 from agents.ppo.config import largest_batch
 from experiments.study import build
-from experiments.study.plan import ppo_options, unit_groups
-from experiments.study.presets import SMALL_PPO, Plan
+from experiments.study.plan import Plan, ppo_options, unit_groups
+from experiments.study.presets import SMALL_PPO
 
 # Calibrated on the 2-core CPU from three runs (smoke, the smallest study, a cpu_learn unit),
 # measured at contention about 3.5 and divided by it; seconds.

@@ -1,26 +1,127 @@
-"""A unit's identity and options, JAX-free: what changes a unit's numbers, and the hashes of it.
+"""A study's definition and a unit's identity: `Preset` (what a study runs), `EnvChoice` (how
+one environment runs), `Plan` (a validated study: `experiments.study.presets.resolve` makes
+it), and what changes a unit's numbers.
 
-A unit is one (environment, method) pair of a study (`experiments.study.presets.Plan`).
-`unit_config` is everything that changes its numbers; its hash is the unit's `config_key`.
-The part every unit of a study shares (everything but the environment, the method and the
-method's options: `study_part`) hashes into the `study_key`: a study directory holds one
-study key (see `experiments.study.store`).
+A unit is one (environment, method) pair of a plan. `unit_config` is everything that
+changes its numbers; its hash is the unit's `config_key`, and the part every unit of a
+study shares hashes into the `study_key` (`experiments.study.keys`).
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from collections.abc import Mapping
+from typing import Any
 
 from experiments.study import methods
+from experiments.study.keys import config_key, study_part
+from hcjax import Hyperparameter, Space
 
-if TYPE_CHECKING:  # the presets build hcjax spaces; this module only reads their fields
-    from experiments.study.presets import EnvChoice, Plan
 
-STUDY_EXCLUDED = ("env", "method", "tuner")  # unit-config fields that may differ within a study
+@dataclasses.dataclass(frozen=True)
+class EnvChoice:
+    """How one study environment is run: `label` (tables, figures), `make` (the name given
+    to agents.envs.make, or your own environment's name and fingerprint: `own_envs`),
+    `path` (its backend: 'brax' | 'gymnax' | 'gymnasium', or 'custom'), `why`
+    (the reason), `ppo` (PPOConfig overrides for this environment only, on top of the
+    study's, e.g. objective = "return_change" where the per-step reward is constant)."""
+
+    label: str
+    make: str
+    path: str
+    why: str
+    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A study definition.
+
+    envs: study environment names (keys of `paths` or direct agents.envs names);
+    methods: tuner names; seeds: number of seeds (the same seeds 0..seeds-1 for every
+    method); iterations: PPO iterations per run; eval_every: iterations between
+    evaluations (and one after the last); tune_every: iterations between `ask`s (tell
+    every iteration); space: the tuned hyperparameters, one dict of
+    `hcjax.Hyperparameter` fields each (names: tunable PPOConfig fields; default the
+    paper's four, `paper_space()`); ppo: PPOConfig field overrides; tuner: per-method
+    option overrides; paths: study env -> (make name, why); env_ppo: study env -> PPOConfig
+    overrides for that environment only; reductions: every departure from the paper's
+    settings, in words; fast_compile: compile the training segments without XLA backend
+    optimisation (for tiny runs); fuse_methods: run all methods of a JAX environment in
+    one program compiled once (a stacked tuner, the method chosen per agent; each
+    agent's numbers are those of its method run alone); env_factories: your own
+    environments as importable factories "[LABEL=]package.module:function" (imported and
+    run: `own_envs`), beside `envs`.
+    """
+
+    name: str
+    envs: tuple[str, ...]
+    methods: tuple[str, ...]
+    seeds: int
+    iterations: int
+    eval_every: int = 10
+    tune_every: int = 5
+    space: tuple[Mapping[str, Any], ...] = ()
+    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tuner: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    paths: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    env_ppo: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    reductions: tuple[str, ...] = ()
+    description: str = ""
+    fast_compile: bool = False
+    fuse_methods: bool = False
+    env_factories: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """JSON-able form (for the manifest)."""
+        d = dataclasses.asdict(self)
+        d["space"] = [dict(h) for h in self.space]
+        d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
+        d["paths"] = {k: list(v) for k, v in self.paths.items()}
+        d["env_ppo"] = {k: dict(v) for k, v in self.env_ppo.items()}
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated study: the preset after overrides, and how each environment runs."""
+
+    preset: Preset
+    envs: tuple[EnvChoice, ...]
+
+    @property
+    def space(self):
+        """The tuned hyperparameters as an hcjax.Space."""
+        return Space(make_hyperparameter(entry) for entry in self.preset.space)
+
+    @property
+    def units(self) -> list[tuple[EnvChoice, str]]:
+        """(env, method) pairs in run order: environment-major."""
+        return [(e, m) for e in self.envs for m in self.preset.methods]
+
+    def to_dict(self) -> dict:
+        d = self.preset.to_dict()
+        d["env_choices"] = [dataclasses.asdict(e) for e in self.envs]
+        return d
+
+
+BOUND_KEYS = ("low", "high", "scale", "integer")  # what a categorical entry (options) must not give
+
+
+def make_hyperparameter(entry: Mapping) -> Hyperparameter:
+    """A space entry (a dict of Hyperparameter fields, or name, options and an optional
+    default option for a categorical) -> the Hyperparameter; ValueError for a categorical
+    entry that also gives bounds."""
+    if "options" not in entry:
+        return Hyperparameter(**entry)
+    mixed = [k for k in BOUND_KEYS if k in entry]
+    if mixed:
+        raise ValueError(f"{entry.get('name')!r} gives options, so it must not give {mixed} (a categorical has "
+                         f"options and an optional default; the others low, high, scale, integer)")
+    extra = sorted(set(entry) - {"name", "options", "default"})
+    if extra:
+        raise TypeError(f"unexpected key(s) {extra}")
+    return Hyperparameter.choice(entry.get("name"), entry["options"], entry.get("default"))
+
 
 
 def tuner_options(plan: Plan, method: str) -> dict[str, Any]:
@@ -45,35 +146,6 @@ def unit_config(plan: Plan, env: EnvChoice, method: str) -> dict[str, Any]:
     return dict(env=dataclasses.asdict(env), method=method, seeds=p.seeds, iterations=p.iterations,
                 eval_every=p.eval_every, tune_every=p.tune_every, space=[dict(h) for h in p.space],
                 ppo=ppo_options(plan), tuner=tuner_options(plan, method))
-
-
-def jsonable(x):
-    """`json.dumps`'s default for the values a configuration or a unit's meta holds."""
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (tuple, set)):
-        return list(x)
-    return str(x)
-
-
-def config_key(config: dict) -> str:
-    """A short stable hash of everything that changes a unit's numbers."""
-    blob = json.dumps(config, sort_keys=True, default=jsonable).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def study_part(unit_config: dict) -> dict:
-    """The part of a unit's configuration that every unit of one study shares."""
-    return {k: v for k, v in unit_config.items() if k not in STUDY_EXCLUDED}
-
-
-def study_key(unit_config: dict) -> str:
-    """Hash of `study_part(unit_config)`."""
-    return config_key(study_part(unit_config))
 
 
 def study_config(plan: Plan) -> dict[str, Any]:

@@ -35,28 +35,14 @@ from typing import Any
 from agents import envs as agent_envs
 from experiments.study import own_envs
 from experiments.study.methods import ALL_METHODS, METHODS
+from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter
 from experiments.study.store import unit_name
-from hcjax import Hyperparameter, Space, ppo_space
+from hcjax import Space, ppo_space
 
 # A study's name names its default directory (runs/<name>): one plain path component.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit (it names runs/<name>)"
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvChoice:
-    """How one study environment is run: `label` (tables, figures), `make` (the name given
-    to agents.envs.make, or your own environment's name and fingerprint: `own_envs`),
-    `path` (its backend: 'brax' | 'gymnax' | 'gymnasium', or 'custom'), `why`
-    (the reason), `ppo` (PPOConfig overrides for this environment only, on top of the
-    study's, e.g. objective = "return_change" where the per-step reward is constant)."""
-
-    label: str
-    make: str
-    path: str
-    why: str
-    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _backend_of(make: str) -> str:
@@ -85,55 +71,6 @@ PAPER_PATHS = {
     "InvertedDoublePendulum-v4": ("InvertedDoublePendulum-v4", "fidelity: the paper's exact task (gymnasium)"),
     "Reacher-v4": ("Reacher-v4", "fidelity: the paper's exact task (gymnasium)"),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    """A study definition.
-
-    envs: study environment names (keys of `paths` or direct agents.envs names);
-    methods: tuner names; seeds: number of seeds (the same seeds 0..seeds-1 for every
-    method); iterations: PPO iterations per run; eval_every: iterations between
-    evaluations (and one after the last); tune_every: iterations between `ask`s (tell
-    every iteration); space: the tuned hyperparameters, one dict of
-    `hcjax.Hyperparameter` fields each (names: tunable PPOConfig fields; default the
-    paper's four, `paper_space()`); ppo: PPOConfig field overrides; tuner: per-method
-    option overrides; paths: study env -> (make name, why); env_ppo: study env -> PPOConfig
-    overrides for that environment only; reductions: every departure from the paper's
-    settings, in words; fast_compile: compile the training segments without XLA backend
-    optimisation (for tiny runs); fuse_methods: run all methods of a JAX environment in
-    one program compiled once (a stacked tuner, the method chosen per agent; each
-    agent's numbers are those of its method run alone); env_factories: your own
-    environments as importable factories "[LABEL=]package.module:function" (imported and
-    run: `own_envs`), beside `envs`.
-    """
-
-    name: str
-    envs: tuple[str, ...]
-    methods: tuple[str, ...]
-    seeds: int
-    iterations: int
-    eval_every: int = 10
-    tune_every: int = 5
-    space: tuple[Mapping[str, Any], ...] = ()
-    ppo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    tuner: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    paths: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
-    env_ppo: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    reductions: tuple[str, ...] = ()
-    description: str = ""
-    fast_compile: bool = False
-    fuse_methods: bool = False
-    env_factories: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        """JSON-able form (for the manifest)."""
-        d = dataclasses.asdict(self)
-        d["space"] = [dict(h) for h in self.space]
-        d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
-        d["paths"] = {k: list(v) for k, v in self.paths.items()}
-        d["env_ppo"] = {k: dict(v) for k, v in self.env_ppo.items()}
-        return d
 
 
 def paper_space(batch_size: tuple[int, int] = (1000, 6000)) -> tuple[dict, ...]:
@@ -299,29 +236,6 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """A validated study: the preset after overrides, and how each environment runs."""
-
-    preset: Preset
-    envs: tuple[EnvChoice, ...]
-
-    @property
-    def space(self):
-        """The tuned hyperparameters as an hcjax.Space."""
-        return Space(make_hyperparameter(entry) for entry in self.preset.space)
-
-    @property
-    def units(self) -> list[tuple[EnvChoice, str]]:
-        """(env, method) pairs in run order: environment-major."""
-        return [(e, m) for e in self.envs for m in self.preset.methods]
-
-    def to_dict(self) -> dict:
-        d = self.preset.to_dict()
-        d["env_choices"] = [dataclasses.asdict(e) for e in self.envs]
-        return d
-
-
 def _names(field: str, given: Sequence[str], allowed: Sequence[str] | None = None) -> tuple[str, ...]:
     """Validate a non-empty list of names without duplicates (against `allowed` if given)."""
     if isinstance(given, str):
@@ -358,25 +272,6 @@ def choose_env(name: str, preset: Preset) -> EnvChoice:
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
                          why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", ppo=ppo)
     return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
-
-
-BOUND_KEYS = ("low", "high", "scale", "integer")  # what a categorical entry (options) must not give
-
-
-def make_hyperparameter(entry: Mapping) -> Hyperparameter:
-    """A space entry (a dict of Hyperparameter fields, or name, options and an optional
-    default option for a categorical) -> the Hyperparameter; ValueError for a categorical
-    entry that also gives bounds."""
-    if "options" not in entry:
-        return Hyperparameter(**entry)
-    mixed = [k for k in BOUND_KEYS if k in entry]
-    if mixed:
-        raise ValueError(f"{entry.get('name')!r} gives options, so it must not give {mixed} (a categorical has "
-                         f"options and an optional default; the others low, high, scale, integer)")
-    extra = sorted(set(entry) - {"name", "options", "default"})
-    if extra:
-        raise TypeError(f"unexpected key(s) {extra}")
-    return Hyperparameter.choice(entry.get("name"), entry["options"], entry.get("default"))
 
 
 def check_space(entries) -> tuple[dict, ...]:

@@ -37,9 +37,9 @@ import jax
 from agents.population import PopulationLoop, population_objective
 from agents.ppo import PPOConfig, make_learner
 from experiments.study import build
+from experiments.study.keys import config_key
 from experiments.study.methods import is_population
-from experiments.study.plan import config_key, ppo_options, tuner_options
-from experiments.study.presets import EnvChoice, Plan
+from experiments.study.plan import EnvChoice, Plan, ppo_options, tuner_options
 from hcjax.population.sharding import agent_mesh
 from hcjax.tuners.stacked import stack
 

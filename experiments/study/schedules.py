@@ -34,9 +34,9 @@ import numpy as np
 from agents.ppo import PPOConfig, make_learner
 from experiments.study import build
 from experiments.study.devices import padded_count
+from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
-from experiments.study.plan import config_key, study_part
-from experiments.study.presets import make_hyperparameter
+from experiments.study.plan import make_hyperparameter
 from experiments.study.store import StudyDir, UnitResult, load_unit
 from hcjax.space import Space
 from hcjax.tuners.schedule import schedule

@@ -61,7 +61,7 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     make_dir,
     move_no_replace,
 )
-from experiments.study.plan import jsonable, study_key
+from experiments.study.keys import jsonable, study_key
 from experiments.study.provenance import git_commit
 
 FORMAT = 1

@@ -3,7 +3,7 @@
     hcjax run --config study.toml          # every field of a preset, validated before any work
     hcjax presets --toml cpu > study.toml  # a shipped preset as a file to start from
 
-A study file holds the fields of `experiments.study.presets.Preset` (all optional except
+A study file holds the fields of `experiments.study.plan.Preset` (all optional except
 `envs` (or `env_factories`) and `methods`; `seeds` and `iterations` may come from `--seeds`
 and `--iterations` instead; the rest default as in `Preset`: name the file's stem, eval_every
 10, tune_every 5, the paper's four hyperparameters, no overrides, both flags false), except
@@ -67,7 +67,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.study.presets import NAME, NAME_RULE, SMALL_PPO, Preset
+from experiments.study.plan import Preset
+from experiments.study.presets import NAME, NAME_RULE, SMALL_PPO
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Preset))
 HYPERPARAMETER_KEYS = ("name", "low", "high", "scale", "integer", "default", "options")
