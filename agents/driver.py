@@ -3,8 +3,8 @@
     result = run(config, env, tuner, keys, eval_every=10, callback=cb)
 
 JAX envs (Brax, gymnax): per segment one jitted, vmapped `lax.scan` of K iterations for
-all agents, then (every `eval_every` iterations) a jitted, vmapped deterministic
-evaluation. Host envs (gymnasium): each agent owns a `SyncVectorEnv` of num_envs
+all agents, then (every `eval_every` iterations) a jitted, vmapped evaluation
+(PPOConfig.eval_episodes episodes with eval_policy). Host envs (gymnasium): each agent owns a `SyncVectorEnv` of num_envs
 copies; the rollout is stepped on the host with a jitted, vmapped policy, and the PPO
 update, the tuner's tell/ask and the metrics run in the same jitted `learn` as the JAX
 path, so both give the same metrics.
@@ -216,7 +216,8 @@ class HostRollout:
         self.act = jax.jit(jax.vmap(learner.act, in_axes=(0, 0, None)))
         self.value = jax.jit(jax.vmap(learner.value))
         self.n_steps = jax.jit(jax.vmap(learner.n_steps))
-        self.mode = jax.jit(jax.vmap(learner.mode))
+        self.eval_action = jax.jit(jax.vmap(lambda s, o, k, t: learner.eval_action(s, o, jax.random.fold_in(k, t)),
+                                            in_axes=(0, 0, 0, None)))
         self.eval_envs = None
 
     def collect(self, states):
@@ -249,25 +250,30 @@ class HostRollout:
         traj["last_value"] = np.asarray(self.value(states, self.obs))
         return traj
 
-    def evaluate(self, states, max_steps: int, iteration: int):
-        """(n,) deterministic returns of one episode per agent (at most max_steps steps)."""
+    def evaluate(self, states, keys, iteration: int):
+        """(n,) float32 mean returns of config.eval_episodes episodes per agent, each of at most
+        config.eval_steps steps from its own seeded reset, acting with config.eval_policy
+        (`Learner.eval_action`; a sampled policy draws with keys (n, 2) folded with the episode
+        and the step)."""
+        cfg = self.learner.config
         if self.eval_envs is None:
             self.eval_envs = [self.learner.env.single() for _ in range(self.n)]
-        obs = np.stack([e.reset(seed=s + 7919 * (iteration + 1))[0] for e, s in zip(self.eval_envs, self.seeds)])
-        obs = obs.astype(np.float32)
-        ret = np.zeros(self.n, np.float64)
-        alive = np.ones(self.n, bool)
-        for _ in range(max_steps):
-            actions = np.asarray(self.mode(states, obs))
-            for i in range(self.n):
-                if alive[i]:
-                    o, r, term, trunc, _ = self.eval_envs[i].step(actions[i])
-                    ret[i] += r
-                    obs[i] = o
-                    alive[i] = not (term or trunc)
-            if not alive.any():
-                break
-        return ret.astype(np.float32)
+        returns = np.zeros((cfg.eval_episodes, self.n), np.float64)
+        for e in range(cfg.eval_episodes):
+            seeds = [s + 7919 * (iteration + 1) + 1000003 * e for s in self.seeds]
+            obs = np.stack([env.reset(seed=s)[0] for env, s in zip(self.eval_envs, seeds)]).astype(np.float32)
+            alive = np.ones(self.n, bool)
+            for t in range(cfg.eval_steps):
+                actions = np.asarray(self.eval_action(states, obs, keys, e * cfg.eval_steps + t))
+                for i in range(self.n):
+                    if alive[i]:
+                        o, r, term, trunc, _ = self.eval_envs[i].step(actions[i])
+                        returns[e, i] += r
+                        obs[i] = o
+                        alive[i] = not (term or trunc)
+                if not alive.any():
+                    break
+        return returns.mean(axis=0).astype(np.float32)
 
     def close(self):
         for v in self.vecs:
@@ -290,8 +296,8 @@ def _run_host(learner, keys, eval_every, seg, callback, states):
             ms.append(m)
         return states, jax.tree.map(lambda *x: jnp.stack(x, axis=1), *ms)
 
-    def eval_fn(states, _keys, iteration):
-        return rollout.evaluate(states, learner.config.eval_steps, iteration)
+    def eval_fn(states, eval_keys, iteration):
+        return rollout.evaluate(states, eval_keys, iteration)
 
     try:
         return _finish(learner, keys, eval_every, seg, callback, states, init_fn, segment_fn, eval_fn)

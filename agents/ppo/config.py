@@ -9,6 +9,7 @@ import numpy as np
 from agents import networks as nets
 
 OBJECTIVES = ("reward_change", "reward", "return_change")
+EVAL_POLICIES = ("greedy", "sampled")  # PPOConfig.eval_policy: the mean action / argmax, or a draw from the policy
 METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
 
 # Allowed range (low, high or None, low excluded?) of every real-valued PPOConfig field.
@@ -23,7 +24,7 @@ TUNABLE = ("learning_rate", "clip_eps", "gae_lambda", "batch_size", "ent_coef", 
            "max_grad_norm", "reward_scale", "adam_eps", "obs_clip")
 OPTIMIZER_HPARAMS = ("learning_rate", "max_grad_norm", "adam_eps")  # through optax.inject_hyperparams
 INTEGER_FIELDS = ("num_iterations", "num_envs", "batch_size", "num_minibatches", "update_epochs", "tune_every",
-                  "eval_steps")
+                  "eval_steps", "eval_episodes")
 
 
 def in_range(field: str, v) -> bool:
@@ -54,7 +55,11 @@ class PPOConfig:
     reward_scale multiplies rewards for GAE and the value targets only (metrics and the
     objective use raw rewards). num_minibatches must not exceed the maximum batch.
     hidden_sizes may be given as a list. A budget in frames instead of iterations:
-    `PPOConfig.from_timesteps(total_timesteps, **fields)`.
+    `PPOConfig.from_timesteps(total_timesteps, **fields)`. An evaluation is the mean return of
+    `eval_episodes` episodes of at most `eval_steps` steps, each from its own reset, acting with
+    `eval_policy`: "greedy" (the mean action, or the argmax: deterministic) or "sampled" (actions
+    drawn from the policy, as in training; where a greedy policy gets stuck, e.g. a sparse reward
+    that one deterministic episode never reaches, a sampled one still measures something).
     """
 
     num_iterations: int = 1000
@@ -80,6 +85,8 @@ class PPOConfig:
     tune_every: int = 5
     objective: str = "reward_change"
     eval_steps: int = 1000
+    eval_episodes: int = 1
+    eval_policy: str = "greedy"
 
     def __post_init__(self):
         for f in REAL_FIELDS:
@@ -98,6 +105,8 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.hidden_sizes must be a tuple of integers >= 1, got {hs!r}")
         if self.activation not in nets.ACTIVATIONS:
             raise ValueError(f"PPOConfig.activation must be one of {sorted(nets.ACTIVATIONS)}, got {self.activation!r}")
+        if self.eval_policy not in EVAL_POLICIES:
+            raise ValueError(f"PPOConfig.eval_policy must be one of {EVAL_POLICIES}, got {self.eval_policy!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"PPOConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if not isinstance(self.normalize_obs, bool):

@@ -55,12 +55,13 @@ class Learner(NamedTuple):
 
     init(key, tuner_state=None) -> LearnerState (tuner_key(key): the key init gives the
     tuner); iterate(state, num_iterations, start=None) -> (state,
-    metrics with leading axis num_iterations); evaluate(state, key) -> scalar return
-    (JAX envs only).
+    metrics with leading axis num_iterations); evaluate(state, key) -> scalar mean return of
+    config.eval_episodes episodes (JAX envs only).
     Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
     obs_norm); value(state, obs) -> (E,); learn(state, traj, do_ask=None) -> (state,
     metrics of one iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
-    mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax).
+    mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax);
+    eval_action(state, obs, key) -> the evaluation policy's env action (config.eval_policy).
     set_hparams(state, values (h,)) -> state with those hyperparameters in effect.
     exploit(states, parents (n,), values (n, h)) -> batched states (agents leading) where
     every agent i with parents[i] != i continues from its donor's network, optimiser,
@@ -79,6 +80,7 @@ class Learner(NamedTuple):
     learn: Callable
     n_steps: Callable
     mode: Callable
+    eval_action: Callable
     tuner_key: Callable
     set_hparams: Callable
     exploit: Callable
@@ -165,7 +167,7 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
     bound = {name: functools.partial(fn, p) for name, fn in dict(
         init=init, iterate=iterate, evaluate=evaluate, act=act, value=value, learn=learn, n_steps=n_steps,
-        mode=mode, set_hparams=set_hparams, exploit=exploit).items()}
+        mode=mode, eval_action=eval_action, set_hparams=set_hparams, exploit=exploit).items()}
     return Learner(config=config, env=env, tuner=tuner, max_steps=max_steps, tuner_key=tuner_key, **bound)
 
 
@@ -176,9 +178,9 @@ def make_train(config: PPOConfig, env, tuner, eval_every: int | None = None) -> 
 
     eval_every: also evaluate after every `eval_every` iterations and after the last (as
     a study does): train(key) -> (state, metrics, evaluations) with evaluations
-    {"iteration": (E,) int32 iterations done, "eval_return": (E,) float32}, each the
-    return of one deterministic (mean-action / argmax) episode of at most
-    config.eval_steps steps (`Learner.evaluate`, the study's evaluator) with the key
+    {"iteration": (E,) int32 iterations done, "eval_return": (E,) float32}, each the mean
+    return of config.eval_episodes episodes of at most config.eval_steps steps with
+    config.eval_policy (`Learner.evaluate`, the study's evaluator) with the key
     `eval_key(key, iteration)`. The evaluations draw no key of the training: the state
     and metrics are those of train without them. JAX environments only. The program holds
     one iteration and one evaluation (in a lax.cond where one is due) whatever eval_every."""
@@ -402,13 +404,27 @@ def iterate(p: Parts, state, num_iterations: int, start=None):
     return jax.lax.scan(one_iteration, state, its, length=num_iterations)
 
 
+def eval_action(p: Parts, state, obs, key):
+    """The evaluation policy's env action for raw obs (..., obs_size): PPOConfig.eval_policy
+    "greedy" (`mode`: the clipped mean / the argmax; `key` unused) or "sampled" (a draw from
+    the policy with `key`, clipped to the bounds)."""
+    if p.config.eval_policy == "greedy":
+        return mode(p, state, obs)
+    dist = p.actor.apply(state.params["actor"], _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
+    return _env_action(p, nets.sample(key, dist, p.env.discrete))
+
+
 def evaluate(p: Parts, state, key):
-    """Deterministic (mean-action) return of one episode of at most eval_steps steps."""
+    """float32 mean return of config.eval_episodes episodes of at most config.eval_steps
+    steps, each from its own reset (keys split from `key`, vmapped), acting with
+    config.eval_policy (`eval_action`)."""
     if p.env.host:
         raise ValueError(f"evaluate: {p.env.name} is a host (gymnasium) env; use agents.driver.run "
                          f"(it evaluates host envs on the host)")
-    return stages.episode_return(p.env.reset, p.env.step, functools.partial(mode, p, state), key,
-                                 p.config.eval_steps)
+    one = functools.partial(stages.episode_return, p.env.reset, p.env.step, functools.partial(eval_action, p, state),
+                            max_steps=p.config.eval_steps)
+    returns = jax.vmap(one)(jax.random.split(key, p.config.eval_episodes))
+    return jnp.mean(returns.astype(jnp.float32))
 
 
 def set_hparams(p: Parts, state, values):

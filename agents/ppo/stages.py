@@ -6,7 +6,7 @@ taking what it needs as arguments; `agents.ppo.learner` binds them to one agent.
     update_epochs    epochs x minibatches of guarded updates over the valid samples
     ppo_loss         the masked clipped-surrogate loss of one minibatch
     iteration_objective   training reward, episode return and the tuner's objective
-    episode_return   one deterministic evaluation episode
+    episode_return   one evaluation episode
 """
 from __future__ import annotations
 
@@ -63,17 +63,20 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
 def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int):
     """Return of one episode of at most `max_steps` steps of a single env:
     reset(key) -> (state, obs); step(key, state, action) -> (state, obs, reward, done);
-    policy(obs) -> action. Rewards after the first `done` are not counted."""
+    policy(obs, key) -> action. Rewards after the first `done` are not counted. Step t's
+    keys (env, policy) come from fold_in(key, t) inside the scan: no (max_steps, ...) key
+    array is held, whatever max_steps."""
     k_reset, k_steps = jax.random.split(key)
     env_state, obs = reset(k_reset)
 
-    def body(carry, k):
+    def body(carry, t):
         env_state, obs, ret, alive = carry
-        env_state, obs, r, d = step(k, env_state, policy(obs))
+        k_env, k_act = jax.random.split(jax.random.fold_in(k_steps, t))
+        env_state, obs, r, d = step(k_env, env_state, policy(obs, k_act))
         return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
 
     carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
-    (_, _, ret, _), _ = jax.lax.scan(body, carry, jax.random.split(k_steps, max_steps))
+    (_, _, ret, _), _ = jax.lax.scan(body, carry, jnp.arange(max_steps, dtype=jnp.int32))
     return ret
 
 

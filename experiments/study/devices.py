@@ -15,6 +15,28 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+# A seed id is stored as int32 in a unit (UnitResult.seeds) and names the key PRNGKey(id): ids
+# above this bound would wrap when stored (2**32 read back as 0, 2**31 as negative).
+MAX_SEED_ID = 2**31 - 1
+
+
+def check_seed_ids(field: str, ids) -> np.ndarray:
+    """(n,) int64 seed ids from a non-empty sequence of distinct whole numbers in [0, MAX_SEED_ID]
+    (not bools); ValueError naming `field` and the bound otherwise."""
+    values = list(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
+    ok = bool(values) and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                              for v in values)
+    if not ok:
+        raise ValueError(f"{field} must be a non-empty list of whole numbers in [0, {MAX_SEED_ID}], got {ids!r}")
+    out = np.asarray([int(v) for v in values], np.int64)
+    bad = [int(v) for v in out if not 0 <= v <= MAX_SEED_ID]
+    if bad:
+        raise ValueError(f"{field}: seed ids must lie in [0, {MAX_SEED_ID}] (they are stored as int32), got {bad}")
+    values, counts = np.unique(out, return_counts=True)
+    if np.any(counts > 1):
+        raise ValueError(f"{field}: seed ids must be distinct, got duplicates {values[counts > 1].tolist()}")
+    return out
+
 
 def padded_count(n_seeds: int, n_devices: int) -> int:
     """Agents actually run: n_seeds rounded up to a multiple of n_devices."""

@@ -7,7 +7,7 @@ on 2 cores):
 
     seconds = STARTUP + sum over the unit groups still to run of
               compile + iterations x (agents x F x per_frame + steps x STEP + updates x UPDATE)
-              + evaluations x (agents x eval_steps x per_eval_frame + eval_steps x STEP)
+              + evaluations x (agents x eval_episodes x eval_steps x per_eval_frame + eval_steps x STEP)
 
 F: the rollout's frames per iteration (the largest batch: the rollout collects it whatever
 batch size is tuned); steps = F / num_envs sequential environment steps; updates = epochs x
@@ -121,7 +121,7 @@ def group_seconds(plan: Plan, env, n_methods: int) -> tuple[int, float]:
     iteration = agents * frames * per_frame + steps * STEP_SECONDS + \
         config.update_epochs * config.num_minibatches * UPDATE_SECONDS
     evaluations = p.iterations // p.eval_every + 1
-    evaluation = agents * config.eval_steps * (ENV_SECONDS.get(env.path, 0.0) + net) + \
+    evaluation = agents * config.eval_episodes * config.eval_steps * (ENV_SECONDS.get(env.path, 0.0) + net) + \
         config.eval_steps * STEP_SECONDS
     compile_seconds = COMPILE_SECONDS[p.fast_compile] * (1 + FUSED_COMPILE * (n_methods - 1))
     return agents * p.iterations * frames, compile_seconds + p.iterations * iteration + evaluations * evaluation

@@ -93,7 +93,7 @@ LEARNING_SPACE = (
 )
 # Their PPO settings and GP buffers (100 points: every observation of a 100-iteration run).
 LEARNING_PPO = dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
-                    eval_steps=1000)
+                    eval_steps=1000, eval_episodes=4)
 LEARNING_TUNER = dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100))
 GPU_PATHS = {
     "HalfCheetah-v4": ("halfcheetah", "Brax (spring): jitted and vmapped with the agents on the GPU"),
@@ -203,6 +203,7 @@ PRESETS: dict[str, Preset] = {
             "objective: change of the mean episode return on CartPole and Acrobot (their per-step reward is "
             "constant, so the paper's reward change would carry no signal); reward change elsewhere",
             "GP buffers of 100 points (= every observation of the run) instead of 1000",
+            "each evaluation the mean of 4 deterministic episodes, each from its own reset, instead of one",
         ),
     ),
     "gpu": Preset(
@@ -231,6 +232,7 @@ PRESETS: dict[str, Preset] = {
             "(the cpu_learn space: the defaults learn in 100 iterations)",
             "2x64 networks, 4 epochs of 8 minibatches, entropy coefficient 0 (as cpu_learn)",
             "GP buffers of 100 points (= every observation of the run) instead of 1000",
+            "each evaluation the mean of 4 deterministic episodes, each from its own reset, instead of one",
         ),
     ),
 }
