@@ -121,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
                      help="your own environments: importable zero-argument factories, imported and CALLED "
                           "(this runs your code, like Hydra's _target_); never read from --envs")
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
-    run.add_argument("--seeds", type=int, help="number of seeds (>= 1), the same for every method")
+    run.add_argument("--seeds", type=int, help="number of seeds (1 .. 2**31: seed ids 0 .. n-1, stored as int32), the same for "
+                                                 "every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
     run.add_argument("--out", help="study directory (default runs/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
@@ -158,7 +159,8 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("dir", help="the study directory holding the unit")
     again.add_argument("--unit", required=True, help="the unit's name, <env>__<method> as in DIR/units/")
     again.add_argument("--seeds", type=int, nargs="+", required=True,
-                       help="seed ids of the new agents; seed j replays the unit's seed row j mod its seed count")
+                       help="seed ids of the new agents (distinct, in [0, 2**31 - 1]: stored as int32); seed j "
+                            "replays the unit's seed row j mod its seed count")
     again.add_argument("--out", required=True, help="study directory the replayed unit is saved in")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")

@@ -38,6 +38,15 @@ def check_seed_ids(field: str, ids) -> np.ndarray:
     return out
 
 
+def check_seed_count(field: str, n: int) -> int:
+    """`n` seeds run the seed ids 0 .. n-1: ValueError naming `field` when the last would not
+    fit in [0, MAX_SEED_ID] (a count is checked >= 1 where it is read)."""
+    if n > MAX_SEED_ID + 1:
+        raise ValueError(f"{field} must be at most {MAX_SEED_ID + 1}: {field} = n runs the seed ids 0 .. n-1, which "
+                         f"are stored as int32 and name PRNGKey(id), so ids from 2**31 on would wrap; got {n}")
+    return n
+
+
 def padded_count(n_seeds: int, n_devices: int) -> int:
     """Agents actually run: n_seeds rounded up to a multiple of n_devices."""
     return -(-n_seeds // n_devices) * n_devices

@@ -34,6 +34,7 @@ from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study import own_envs
+from experiments.study.devices import check_seed_count
 from experiments.study.methods import ALL_METHODS, METHODS
 from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter
 from experiments.study.store import unit_name
@@ -328,7 +329,7 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if p.envs:
         _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
-    _positive("seeds", p.seeds)
+    check_seed_count("seeds", _positive("seeds", p.seeds))
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)

@@ -33,7 +33,7 @@ import numpy as np
 
 from agents.ppo import PPOConfig, make_learner
 from experiments.study import build
-from experiments.study.devices import padded_count
+from experiments.study.devices import check_seed_ids, padded_count
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
 from experiments.study.plan import make_hyperparameter
@@ -54,19 +54,12 @@ def source_unit(source: str | os.PathLike, unit: str) -> UnitResult:
     return load_unit(path)
 
 
-def _seed_ids(seeds) -> np.ndarray:
-    ids = np.asarray(seeds)
-    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or len(set(ids)) != ids.size:
-        raise ValueError(f"seeds: must be a non-empty list of distinct whole numbers >= 0, got {seeds!r}")
-    return ids.astype(np.int64)
-
-
 def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str | os.PathLike | None = None,
            on_segment=lambda k: None) -> UnitResult:
     """Replay unit `unit` of study directory `source` on `seeds` (seed ids); see the
     module docstring. out: a study directory to save the result in (None: not saved)."""
+    ids = check_seed_ids("seeds", list(seeds) if isinstance(seeds, range) else seeds)  # first: nothing read yet
     src = source_unit(source, unit)
-    ids = _seed_ids(seeds)
     config = src.meta.get("config") or {}
     env = config.get("env") or {}
     if env.get("path") == "gymnasium":
