@@ -121,8 +121,8 @@ def parser() -> argparse.ArgumentParser:
                      help="your own environments: importable zero-argument factories, imported and CALLED "
                           "(this runs your code, like Hydra's _target_); never read from --envs")
     run.add_argument("--methods", nargs="+", help=f"methods; known: {', '.join(presets.ALL_METHODS)}")
-    run.add_argument("--seeds", type=int, help="number of seeds (1 .. 2**31: seed ids 0 .. n-1, stored as int32), the same for "
-                                                 "every method")
+    run.add_argument("--seeds", type=int,
+                     help="number of seeds (1 .. 2**31: seed ids 0 .. n-1, stored as int32), the same for every method")
     run.add_argument("--iterations", type=int, help="PPO iterations per run (>= 1)")
     run.add_argument("--out", help="study directory (default runs/<preset>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or progress lines")
