@@ -77,12 +77,14 @@ def greedy_returns(key: jax.Array, env, env_params, policy: Callable[[jax.Array]
     action, env_params) -> (obs, env_state, reward, terminated, truncated, info)`
     (gymnax >= 1.0) or `(obs, env_state, reward, done, info)` (older); policy: one
     observation -> its action (e.g. the argmax of a Q-network: greedy); episodes,
-    max_steps: integers >= 1 -> (episodes,) float32: each episode's summed reward,
+    max_steps: integers in [1, 2**31 - 1] -> (episodes,) float32: each episode's summed reward,
     up to its first end or `max_steps` steps (set it to the environment's own limit,
     500 for CartPole-v1). A `jax.lax.while_loop` stops when every episode has ended.
+    ValueError naming the argument for an out-of-range count and for done flags that are
+    not bool or integer (float flags).
     """
     episodes = check_int("greedy_returns.episodes", episodes, 1)
-    max_steps = check_int("greedy_returns.max_steps", max_steps, 1)
+    max_steps = check_int("greedy_returns.max_steps", max_steps, 1, 2**31 - 1)  # the step counter is int32
     reset_key, key = jax.random.split(key)
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, episodes), env_params)
 
@@ -92,9 +94,15 @@ def greedy_returns(key: jax.Array, env, env_params, policy: Callable[[jax.Array]
         action = jax.vmap(policy)(obs)
         out = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(step_key, episodes), env_state, action,
                                                           env_params)
-        done = out[3] | out[4] if len(out) == 6 else out[3]
+        flags = dict(terminated=out[3], truncated=out[4]) if len(out) == 6 else dict(done=out[3])
+        done = jnp.zeros(episodes, bool)
+        for name, flag in flags.items():
+            kind = jnp.result_type(flag)
+            if not (jnp.issubdtype(kind, jnp.bool_) or jnp.issubdtype(kind, jnp.integer)):
+                raise ValueError(f"greedy_returns: env.step's {name} must be bool (or integer 0/1), got {kind}")
+            done = done | jnp.asarray(flag, bool)
         total = total + jnp.where(alive, jnp.asarray(out[2], jnp.float32), 0.0)
-        return t + 1, key, out[0], out[1], total, alive & ~jnp.asarray(done, bool)
+        return t + 1, key, out[0], out[1], total, alive & ~done
 
     def running(carry):
         return (carry[0] < max_steps) & jnp.any(carry[5])

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _injected(node) -> bool:
@@ -58,7 +59,9 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
 
     ValueError (at trace time) if no name of `values` is an injected hyperparameter
     (naming the ones there: a misspelt learning rate is not silently dropped), for a
-    value that is not a scalar, for a hyperparameter that follows a schedule (optax
+    value that is not a scalar, for a non-finite value (NaN, inf; a traced one cannot be
+    refused: where it is not finite the hyperparameter keeps its stored value), for a
+    hyperparameter that follows a schedule (optax
     would overwrite it at the next update) and for one stored as an integer (built
     from a Python int: the tuned value would be truncated). `hyperparam_names(opt_state)`
     lists them."""
@@ -71,6 +74,9 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
     for name, value in used.items():
         if jnp.ndim(value) != 0:
             raise ValueError(f"set_hyperparams: {name!r} must be a scalar, got shape {jnp.shape(value)}")
+        if not isinstance(value, jax.core.Tracer) and not np.isfinite(np.asarray(value, np.float64)):
+            raise ValueError(f"set_hyperparams: {name!r} must be finite, got {value!r} (an optimiser state holding "
+                             "it would turn every later update non-finite)")
     scheduled = sorted(set(used) & set(scheduled_names(opt_state)))
     if scheduled:
         raise ValueError(f"set_hyperparams: {scheduled} follow a schedule in this optimiser, and "
@@ -86,11 +92,14 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
                          "truncated (1e-4 becomes 0); build the optimiser with a float (learning_rate=1.0, "
                          "weight_decay=0.0)")
 
+    def cast(value, old):  # `old` kept where a traced value is not finite (it cannot be refused)
+        value = jnp.asarray(value, jnp.result_type(old)).reshape(jnp.shape(old))
+        return jnp.where(jnp.isfinite(value), value, old)
+
     def replace(node):
         if not _injected(node):
             return node
-        new = {name: (jnp.asarray(used[name], jnp.result_type(old)).reshape(jnp.shape(old))
-                      if name in used else old) for name, old in node.hyperparams.items()}
+        new = {name: (cast(used[name], old) if name in used else old) for name, old in node.hyperparams.items()}
         return node._replace(hyperparams=new)
 
     return jax.tree_util.tree_map(replace, opt_state, is_leaf=_injected)

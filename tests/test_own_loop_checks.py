@@ -185,3 +185,36 @@ def test_the_guides_schedule_recipe_runs():
     later, _ = scope["tx"].update(jnp.ones(3), scope["opt_state"], scope["params"])
     assert np.all(np.abs(np.asarray(later)) < 4.0 * 2.5e-4)  # the schedule still anneals under the multiplier
     assert scope["space"].names == ("step_size",)
+
+
+class FloatFlags(Walk):
+    """Walk whose step returns its done flags as float32 (0.0 / 1.0), as some hand-written envs do."""
+
+    def step(self, key, state, action, goal):
+        obs, state, reward, terminated, truncated, info = super().step(key, state, action, goal)
+        return obs, state, reward, terminated.astype(jnp.float32), truncated.astype(jnp.float32), info
+
+
+def test_greedy_returns_names_its_argument_for_a_step_count_past_int32_and_float_done_flags():
+    """Issue 41: max_steps = 2**31 overflowed the int32 step counter, and float done flags
+    failed inside the loop (`|` of floats), neither naming what was wrong."""
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match=r"greedy_returns\.max_steps must be an integer in \[1, 2147483647\]"):
+        hcjax.objectives.greedy_returns(key, Walk(), 3, walk_policy, 2, 2**31)
+    with pytest.raises(ValueError, match=r"greedy_returns: env\.step's terminated must be bool.*float32"):
+        hcjax.objectives.greedy_returns(key, FloatFlags(), 3, walk_policy, 2, 5)
+
+
+def test_set_hyperparams_refuses_non_finite_values_and_keeps_the_old_one_when_traced():
+    """Issue 41: NaN or inf was stored (and every later update became NaN). A concrete value
+    is refused naming it; a traced one (a tuner's, under jit) cannot raise, so the stored
+    value stays where the new one is not finite."""
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5)
+    state = tx.init(PARAMS)
+    for bad in (float("nan"), np.inf, jnp.float32(-np.inf)):
+        with pytest.raises(ValueError, match=r"set_hyperparams: 'learning_rate' must be finite"):
+            hcjax.optax.set_hyperparams(state, {"learning_rate": bad})
+    kept = jax.jit(hcjax.optax.set_hyperparams)(state, {"learning_rate": jnp.float32(np.nan)})
+    assert float(kept.hyperparams["learning_rate"]) == 0.5
+    changed = jax.jit(hcjax.optax.set_hyperparams)(state, {"learning_rate": jnp.float32(0.25)})
+    assert float(changed.hyperparams["learning_rate"]) == 0.25
