@@ -27,14 +27,20 @@ the tuner's options with their defaults, "key": the base key's data, "asks" and
 `load_state_dict(d)` (a dict, or what `np.load` returns) validates it field by field
 (names, the space and options, naming what differs, shapes, dtypes, finiteness,
 counters and indices in range), then restores it exactly: the next asks equal those
-the saved tuner would have made. Load into a HostTuner built with the same name, space
-and options. A state saved before "space" and "options" were stored loads with a
-warning (nothing to check them against; save it again).
+the saved tuner would have made. Sizes come first: the text entries are at most MAX_TEXT
+characters, and an `np.load`ed .npz file's shapes and dtypes are read from its headers
+before any array is (a small compressed file can hold a huge array); JSON nested past
+the parser's recursion limit is refused like any other malformed text. Load into a
+HostTuner built with the same name, space and options. A state saved before "space" and
+"options" were stored loads with a warning (nothing to check them against; save it again).
 
 Pickling: a HostTuner pickles as its name, space, options, seed, device platform and
-`state_dict()`; unpickling builds it again (compiling, on the first device of that
-platform, or with a warning on the CPU where this machine has none: the state is NumPy)
-and loads the state, so the copy continues exactly as the original would.
+`state_dict()` (PICKLE_FORMAT); unpickling builds it again (compiling, on the first device
+of that platform, or with a warning on the CPU where this machine has none: the state is
+NumPy) and loads the state, so the copy continues exactly as the original would. A pickle
+of an older hcjax loads the same way (a Space or Hyperparameter pickled before a field
+existed is built again from its hyperparameters, the new fields at their defaults); one
+whose format or state does not fit this version is a ValueError saying so.
 
 Threads: a HostTuner is not thread-safe. ask, tell and load_state_dict replace its
 state (whose buffers the previous call donated) and its counters without a lock: one
@@ -46,6 +52,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -63,6 +70,9 @@ MAX_ASKS = 2 ** 32 - 2  # fold_in takes a uint32: ask k uses k + 1
 # Scalar state fields that count told objectives: each lies in [0, tells].
 TELL_COUNTERS = ("state.n_invalid", "state.t", "state.n_obs")
 SHARED_PROGRAMS = 32  # compiled (init, ask, tell) kept for later HostTuners of the same name, space, options
+MAX_TEXT = 2**20  # characters of a state's text entries ('tuner', 'space', 'options'); read only below it
+PICKLE_FORMAT = 1  # the layout of HostTuner.__getstate__; the pickles before it have no "format" (read too)
+PICKLED = ("name", "space", "seed", "options", "platform", "state_dict")  # what every such pickle holds
 
 
 class Programs(NamedTuple):
@@ -157,10 +167,16 @@ class HostTuner:
         return f"HostTuner({self.name!r}, {list(self.space.names)}, asks={self.n_asks}, tells={self.n_tells})"
 
     def __getstate__(self) -> dict:
-        return {"name": self.name, "space": self.space, "seed": self._seed, "options": self._options,
-                "platform": self.device.platform, "state_dict": self.state_dict()}
+        return {"format": PICKLE_FORMAT, "name": self.name, "space": self.space, "seed": self._seed,
+                "options": self._options, "platform": self.device.platform, "state_dict": self.state_dict()}
 
     def __setstate__(self, pickled: dict) -> None:
+        version = pickled.get("format") if isinstance(pickled, dict) else None
+        missing = [k for k in PICKLED if k not in pickled] if isinstance(pickled, dict) else list(PICKLED)
+        if version not in (None, PICKLE_FORMAT) or missing:
+            raise ValueError(f"HostTuner: this pickle was written by another version of hcjax (format {version}, "
+                             f"missing {missing}); this one reads format {PICKLE_FORMAT} and the unversioned "
+                             f"pickles before it: build the HostTuner again (and load a state_dict() if you saved one)")
         device = pickled["platform"]
         try:
             host_device(device)
@@ -169,7 +185,13 @@ class HostTuner:
                           f"lacks: it runs on the CPU (its state is NumPy, the numbers are the same)", stacklevel=2)
             device = "cpu"
         self.__init__(pickled["name"], pickled["space"], pickled["seed"], device=device, **pickled["options"])
-        self.load_state_dict(pickled["state_dict"])
+        try:
+            self.load_state_dict(pickled["state_dict"])
+        except ValueError as e:
+            if version is not None:
+                raise
+            raise ValueError(f"HostTuner: this pickle was written by an older version of hcjax, whose state does not "
+                             f"fit this one's ({e})") from None
 
     @property
     def state(self):
@@ -269,18 +291,25 @@ class HostTuner:
         elif missing or unexpected:
             raise ValueError(f"{where}: missing entries {missing}, unexpected entries {unexpected}; expected "
                              f"{sorted(expected)}")
-        saved_name = np.asarray(d["tuner"])
-        if saved_name.shape != () or saved_name.dtype.kind != "U" or str(saved_name) != self.name:
+        for name in ("tuner", *identity):  # sizes first, from an .npz file's headers: nothing large is read
+            if name in d:
+                shape, dtype = stored_layout(d, name, where)
+                if shape != () or dtype.kind != "U" or dtype.itemsize > 4 * MAX_TEXT:
+                    raise ValueError(f"{where}: {name!r} must be a text of at most {MAX_TEXT} characters (as "
+                                     f"state_dict() writes it), got shape {shape} and dtype {dtype}")
+        if str(np.asarray(d["tuner"])) != self.name:
             raise ValueError(f"{where}: 'tuner' must be {self.name!r}, got {d['tuner']!r}")
         for field, here in identity.items():
             if field in d:
                 check_identity(where, field, d[field], here)
-        arrays = {}
         for name, (shape, dtype) in layout.items():
+            stored = stored_layout(d, name, where)
+            if stored != (shape, dtype):
+                raise ValueError(f"{where}: {name!r} must have shape {shape} and dtype {dtype}, got shape {stored[0]} "
+                                 f"and dtype {stored[1]} (a checkpoint of other options or another space?)")
+        arrays = {}
+        for name in layout:
             a = np.array(d[name])  # a private copy: the device may alias it, and donation overwrites
-            if a.shape != shape or a.dtype != dtype:
-                raise ValueError(f"{where}: {name!r} must have shape {shape} and dtype {dtype}, got shape {a.shape} "
-                                 f"and dtype {a.dtype} (a checkpoint of other options or another space?)")
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
                 raise ValueError(f"{where}: {name!r} has non-finite entries")
             if name.startswith("state") and a.dtype.kind in "iu" and np.any(a < 0):
@@ -302,13 +331,34 @@ class HostTuner:
         return arrays
 
 
+def stored_layout(d: Mapping, name: str, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of entry `name` of a state dict; of an `np.load`ed .npz file read from
+    the entry's header (its data is not read: a small compressed file can hold a huge array).
+    ValueError naming the entry when it is not a NumPy array file."""
+    if not isinstance(d, np.lib.npyio.NpzFile):
+        a = np.asarray(d[name])
+        return a.shape, a.dtype
+    member = f"{name}.npy" if f"{name}.npy" in d.zip.namelist() else name
+    try:
+        with d.zip.open(member) as f:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f"format version {version}")
+            shape, _, dtype = read[version](f)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{where}: {name!r} is not a NumPy array as np.savez writes it ({e})") from None
+    return tuple(shape), np.dtype(dtype)
+
+
 def check_identity(where: str, field: str, saved, here: list | dict) -> None:
     """ValueError naming what differs between a saved state's "space" or "options" (JSON
     text, `HostTuner._identity`) and this tuner's."""
     try:
         value = json.loads(str(np.asarray(saved)))
-    except ValueError:
-        raise ValueError(f"{where}: {field!r} must be JSON text (as state_dict() writes it), got {saved!r}") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's recursion limit
+        raise ValueError(f"{where}: {field!r} must be JSON text (as state_dict() writes it: a list of "
+                         f"hyperparameters, a table of options), got {str(np.asarray(saved))[:200]!r}") from None
     if field == "options":
         differ = _differences(value, here) if isinstance(value, dict) else [f"{value!r} saved"]
     elif isinstance(value, list) and all(isinstance(p, dict) for p in value) and len(value) == len(here):

@@ -211,6 +211,18 @@ class Hyperparameter:
             raise ValueError(f"{where}: default is an option index, a whole number in [0, {k - 1}], got "
                              f"{self.default}")
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling, also of a Hyperparameter pickled by an older hcjax: the fields it did not
+        have take their defaults, and every field is checked again."""
+        fields = {f.name: f.default for f in dataclasses.fields(self)}
+        unknown = sorted(set(state) - set(fields))
+        if unknown or not {"name", "low", "high"} <= set(state):
+            raise ValueError(f"Hyperparameter: this pickle was written by another version of hcjax (fields "
+                             f"{sorted(state)}; this one has {list(fields)})")
+        for name, default in fields.items():
+            object.__setattr__(self, name, state.get(name, default))
+        self.__post_init__()
+
     @property
     def n_options(self) -> int:
         """k for a categorical, 0 otherwise."""
@@ -245,6 +257,17 @@ class Space:
     `as_dict` gives numeric options' values (float32) and string options' int32 index
     (for `lax.switch`); `names_to_values` (host) gives the option itself.
     """
+
+    def __getstate__(self) -> dict:
+        return {"hyperparameters": self.hyperparameters}  # the rest is derived from them
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling (also of a Space pickled by an older hcjax, whose other attributes
+        differ): built again from its hyperparameters."""
+        if "hyperparameters" not in state:
+            raise ValueError(f"Space: this pickle was written by another version of hcjax (attributes "
+                             f"{sorted(state)}, no 'hyperparameters')")
+        self.__init__(state["hyperparameters"])
 
     def __init__(self, hyperparameters: Iterable[Hyperparameter]):
         params = tuple(hyperparameters)

@@ -1,6 +1,8 @@
 """Issue 24, classes 5, 7 and 8: quarantine never replaces a file; a HostTuner state
 saved over another space, other options or with indices out of range is refused naming
-what differs; smaller edges of categoricals, `fixed`, `--space` and the manifest."""
+what differs; smaller edges of categoricals, `fixed`, `--space` and the manifest. Issue
+41: a HostTuner pickled by an older hcjax, a crafted `.npz` state read only after its
+sizes are checked, deeply nested state JSON."""
 from __future__ import annotations
 
 import datetime
@@ -9,6 +11,7 @@ import importlib.metadata
 import pickle
 import re
 import subprocess
+import tracemalloc
 import types
 from pathlib import Path
 
@@ -235,3 +238,63 @@ def platform_present(platform):
         return bool(jax.devices(platform))
     except RuntimeError:
         return False
+
+
+OLD_PICKLE = Path(__file__).parent / "data" / "host_tuner_766c196.pkl"
+
+
+def test_a_host_tuner_pickled_by_an_older_hcjax_loads_and_continues_as_it_would_have():
+    """Issue 41: a HostTuner pickled by hcjax at commit 766c196 (before categoricals, whose
+    Space had no `is_categorical`) failed with AttributeError 'is_categorical'. It was
+    hypercontroller(d=4) over learning_rate (log) and batch_size (integer), seed 3, after 4
+    asks and 3 tells; there, the next ask was the one below (run with that commit's code)."""
+    with pytest.warns(UserWarning, match="saved without its space and options"):
+        tuner = pickle.loads(OLD_PICKLE.read_bytes())
+    assert (tuner.n_asks, tuner.n_tells) == (4, 3) and tuner.space.is_categorical.tolist() == [False, False]
+    assert tuner.ask() == {"learning_rate": 0.002154434798285365, "batch_size": 48}
+
+
+def test_a_host_tuner_pickle_of_an_unknown_format_says_it_comes_from_another_version():
+    tuner, _ = saved_state(d=4)
+    pickled = tuner.__getstate__()
+    with pytest.raises(ValueError, match=r"HostTuner: this pickle was written by another version of hcjax"):
+        hcjax.HostTuner.__new__(hcjax.HostTuner).__setstate__(dict(pickled, format=99))
+    with pytest.raises(ValueError, match=r"HostTuner: this pickle was written by another version of hcjax"):
+        hcjax.HostTuner.__new__(hcjax.HostTuner).__setstate__({"name": "hypercontroller"})
+
+
+def test_a_crafted_npz_state_is_refused_from_its_header_before_its_array_is_read(tmp_path):
+    """Issue 41: 1 MB of compressed zeros posing as a state array cost its full size (2 GiB
+    in the probe) before the shape was compared; here 64 MiB, and the load must stay far
+    below that."""
+    tuner, state = saved_state(d=4)
+    crafted = dict(state, **{"state.models": np.zeros(2**24, np.float32)})  # 64 MiB, ~64 KB compressed
+    np.savez_compressed(tmp_path / "state.npz", **crafted)
+    assert (tmp_path / "state.npz").stat().st_size < 2**20
+    with np.load(tmp_path / "state.npz") as z:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValueError, match=r"'state.models' must have shape .* got shape \(16777216,\)"):
+                tuner.load_state_dict(z)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MiB allocated before the refusal"
+    np.savez_compressed(tmp_path / "name.npz", **dict(state, tuner=np.asarray("x" * 2**22)))  # a 16 MiB string
+    with np.load(tmp_path / "name.npz") as z:
+        with pytest.raises(ValueError, match=r"'tuner' must be a text of at most"):
+            tuner.load_state_dict(z)
+    np.savez(tmp_path / "fine.npz", **state)
+    with np.load(tmp_path / "fine.npz") as z:
+        fresh = hcjax.HostTuner("hypercontroller", WORDS, seed=3, d=4)
+        fresh.load_state_dict(z)  # a genuine state still loads from its file
+    assert fresh.ask() == tuner.ask()
+
+
+def test_deeply_nested_state_json_is_refused_naming_the_entry():
+    """Issue 41: 'space' or 'options' nested 100000 deep raised RecursionError."""
+    tuner, state = saved_state(d=4)
+    for field in ("space", "options"):
+        deep = dict(state, **{field: np.asarray("[" * 100000 + "]" * 100000)})
+        with pytest.raises(ValueError, match=rf"'{field}' must be JSON text"):
+            tuner.load_state_dict(deep)
