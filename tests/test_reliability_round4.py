@@ -13,6 +13,7 @@ import pytest
 import experiments
 from experiments import cli
 from experiments.study.devices import MAX_SEED_ID
+from experiments.study.store import StudyDir
 
 WALK = "w=tests.tiny_env:make_walk"  # a tiny own environment: no gymnax import
 
@@ -46,3 +47,13 @@ def test_hcjax_run_refuses_2_to_the_32_seeds_naming_the_bound_with_exit_2(tmp_pa
                      str(2**32), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"seeds must be at most {MAX_SEED_ID + 1}" in err and not (tmp_path / "out").exists()
+
+
+# ---- state and manifests from elsewhere ----------------------------------------------------------
+
+def test_a_manifest_nested_past_the_recursion_limit_is_corrupt_naming_the_file(tmp_path):
+    """Like a HostTuner state's JSON (tests/test_reliability_state.py): RecursionError was our failure."""
+    store = StudyDir(tmp_path)
+    store.manifest_path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match=rf"{store.manifest_path} is corrupt \(RecursionError"):
+        store.read_manifest()

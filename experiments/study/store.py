@@ -272,7 +272,7 @@ class StudyDir:
         try:
             o = json.loads((self.path / self.OWNER).read_text())
             return f"pid {o['pid']} on {o['host']}, started {o['started']}: {' '.join(map(str, o['argv']))}"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return "holder unknown"
 
     # -- manifest --
@@ -285,7 +285,7 @@ class StudyDir:
             manifest = json.loads(p.read_text())
             if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
                 raise ValueError("no 'config' object")
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past the parser's limit
             raise ValueError(f"{p} is corrupt ({type(e).__name__}: {e}). Fix: move it aside "
                              f"(mv {p} {p}.bad); the next run writes a new one and keeps the unit files") from None
         return manifest
