@@ -8,6 +8,11 @@ The tests of the other probe classes live beside what they exercise: own environ
 (tests/test_packaging.py), an edited schedule (tests/test_schedule_replay.py)."""
 from __future__ import annotations
 
+import errno
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import experiments
@@ -15,6 +20,7 @@ from experiments import cli
 from experiments.study.devices import MAX_SEED_ID
 from experiments.study.store import StudyDir
 
+ROOT = Path(__file__).resolve().parents[1]
 WALK = "w=tests.tiny_env:make_walk"  # a tiny own environment: no gymnax import
 
 
@@ -57,3 +63,35 @@ def test_a_manifest_nested_past_the_recursion_limit_is_corrupt_naming_the_file(t
     store.manifest_path.write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(ValueError, match=rf"{store.manifest_path} is corrupt \(RecursionError"):
         store.read_manifest()
+
+
+# ---- disk errors name the file -------------------------------------------------------------------
+
+FILE_SIZE_LIMIT = """
+import resource, sys
+from pathlib import Path
+from experiments.study.files import append_text, atomic_write_bytes
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+out = Path(sys.argv[1])
+for name, write in [("unit.npz", lambda p: atomic_write_bytes(p, bytes(10000), root=out)),
+                    ("run.log", lambda p: append_text(p, "x" * 10000))]:
+    try:
+        write(out / name)
+        print(name, "written")
+    except OSError as e:
+        print(name, type(e).__name__, e.errno, e.filename, "|", e)
+"""
+
+
+def test_a_write_past_the_file_size_limit_names_the_file(tmp_path):
+    """Issue 41: a full disk (ENOSPC) or a file-size limit (EFBIG, here: RLIMIT_FSIZE of 4 KiB in
+    a subprocess) was reported without the file's name. Python ignores SIGXFSZ, so the write fails
+    with EFBIG as it would on a full disk with ENOSPC: the same path through the code."""
+    result = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(tmp_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, (result.stdout, result.stderr)
+    for line, name in zip(lines, ("unit.npz", "run.log")):
+        assert line.startswith(f"{name} OSError {errno.EFBIG} {tmp_path / name} |"), line
+        assert f"File too large: '{tmp_path / name}'" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["run.log"]  # no temporary file left behind

@@ -15,10 +15,14 @@ do not follow links either, so a link planted while a run is going cannot redire
 - appended files (run.log) are opened with O_NOFOLLOW;
 - the probe that checks a directory is writable is an exclusively created temporary file.
 
+A write that fails for want of room (a full disk, ENOSPC; a file-size limit, EFBIG) raises
+an OSError naming the file it was writing (the system's own error names none).
+
 The study directory itself (`--out`) may be a link: it is what the user named.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -106,7 +110,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.Path
     make_dir(path.parent, root)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with naming(path), os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -118,6 +122,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.Path
         raise
 
 
+@contextlib.contextmanager
+def naming(path: str | os.PathLike):
+    """An OSError without a file name raised in the block (a write or an fsync on a full
+    disk, ENOSPC, or past a file-size limit, EFBIG) raised again naming `path`."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e  # OSError(errno, ...) is errno's subclass
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLike | None = None) -> None:
     atomic_write_bytes(path, text.encode(), root)
 
@@ -125,7 +141,7 @@ def atomic_write_text(path: str | os.PathLike, text: str, root: str | os.PathLik
 def append_text(path: str | os.PathLike, text: str) -> None:
     """Append `text` to `path` (created if absent); OSError (ELOOP) if `path` is a link."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-    with os.fdopen(fd, "a") as f:
+    with naming(path), os.fdopen(fd, "a") as f:
         f.write(text)
 
 
