@@ -193,3 +193,27 @@ def test_segments_must_match_evaluations():
     unit = gpu_unit("E", "fixed", [1.0, 1.0], ["fixed"])
     with pytest.raises(ValueError, match="segments do not match"):
         claims.program_rate(unit)
+
+
+def test_a_method_whose_evaluations_are_all_nan_is_called_that_not_not_run():
+    """Issue 41: the page called a method whose evaluations there were all NaN 'not run there'
+    (and its results table 'no final evaluation', as for a unit that never evaluated)."""
+    from experiments.reporting import tables
+
+    nan = np.full(3, np.nan)
+    scores = {"hypercontroller": {"a": np.array([1.0, 2.0, 3.0]), "b": nan, "c": np.array([1.0, 2.0, 3.0])},
+              "random": {"a": nan, "b": np.array([0.0, 1.0, 2.0])},
+              "fixed": {"c": np.array([0.0, 1.0, 2.0])}}  # random never ran on c, fixed only there
+    study = one_study(scores)
+    table = claims.claims_table(study["rows"], study["env_names"])
+    row = next(line for line in table.splitlines() if line.startswith("| R |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:] == ["evaluations all NaN (R on a, HC on b)", "evaluations all NaN (R)",
+                         "evaluations all NaN (HC)", "not run there"]
+    units = [types.SimpleNamespace(meta={"env": "a", "method": m}, eval_reward=x[:, None],
+                                   train_reward=np.zeros((3, 2)), tuner_time=np.zeros(2), seeds=np.arange(3))
+             for m, x in [("hypercontroller", np.array([1.0, 2.0, 3.0])), ("random", nan)]]
+    units.append(types.SimpleNamespace(meta={"env": "a", "method": "fixed"}, eval_reward=np.zeros((3, 0)),
+                                       train_reward=np.zeros((3, 2)), tuner_time=np.zeros(2), seeds=np.arange(3)))
+    text = tables.results_table(units)
+    assert "| evaluations all NaN |" in text and "| no final evaluation |" in text

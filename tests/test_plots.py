@@ -34,7 +34,7 @@ def unit(env: str, method: str, seeds: int, rng, final=None, iterations: int = 2
 
 
 def synthetic_study(out: Path) -> list[R.UnitResult]:
-    """Env A: three methods, 'random' without any final evaluation (NaN for every seed);
+    """Env A: three methods, 'random' without a finite final evaluation (NaN for every seed);
     env B: no 'fixed' unit, 'hypercontroller' with 2 seeds and one NaN seed. Saved to out."""
     rng = np.random.default_rng(0)
     units = [
@@ -62,7 +62,7 @@ def test_results_table_says_what_is_missing_and_ranks_nothing_without_an_evaluat
     assert rows[("A", "hypercontroller")]["rank"] == 1 and rows[("A", "fixed")]["rank"] == 2  # medians 20, 5
     assert rows[("B", "hypercontroller")]["rank"] == 1 and rows[("B", "random")]["rank"] == 2  # -1 vs -3
     table = tables.results_table(units)
-    assert "| A | 20 [15, 25] (1) | no final evaluation | 5 [2.5, 22.5] (2) |" in table
+    assert "| A | 20 [15, 25] (1) | evaluations all NaN | 5 [2.5, 22.5] (2) |" in table  # evaluated: all NaN
     assert "| B | -1 [-1, -1] (1) | -3 [-4, -2.5] (2) | no unit |" in table
 
 

@@ -58,7 +58,7 @@ def on_environment(scores: ST.Scores, env: str) -> dict:
 
 def claim_rows(units, reps: int = ST.REPS, seed: int = 0) -> list[dict]:
     """One row per (environment or ALL, other method): {'env', 'method', 'p', 'ci', 'verdict',
-    'envs'}. ALL rows are `stats.improvement_over` on the study's final evaluations, exactly as
+    'envs', 'all_nan' (`all_nan` of the method and HC)}. ALL rows are `stats.improvement_over` on the study's final evaluations, exactly as
     `hcjax plot` writes them to tables/aggregate.json; an environment's rows are the same
     statistic on that environment alone (its seeds resampled by the same generators)."""
     scores = study_scores(units)
@@ -67,8 +67,15 @@ def claim_rows(units, reps: int = ST.REPS, seed: int = 0) -> list[dict]:
     for env, part in [(ALL, scores)] + [(env, on_environment(scores, env)) for env in envs]:
         for method, r in ST.improvement_over(part, BASELINE, reps, seed).items():
             rows.append({"env": env, "method": method, "p": r["p"], "ci": list(r["ci"]), "envs": r["envs"],
-                         "verdict": VERDICTS[r["verdict"]]})
+                         "verdict": VERDICTS[r["verdict"]], "all_nan": all_nan(part, (method, BASELINE))})
     return rows
+
+
+def all_nan(scores: ST.Scores, methods) -> list[tuple[str, str]]:
+    """(method, env) of each of `methods` that ran in an environment of `scores` and whose final
+    evaluations there are all NaN: a measurement that failed, not a method that was not run."""
+    return [(m, env) for m in methods for env, x in scores.get(m, {}).items()
+            if np.size(x) and not np.isfinite(x).any()]
 
 
 # ---- budgets -------------------------------------------------------------------------------
@@ -130,7 +137,11 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 def _cell(row: dict) -> str:
     if not np.isfinite(row["p"]):
-        return "not run there"
+        failed = row.get("all_nan") or []
+        if not failed:
+            return "not run there"
+        where = [label(m) if row["env"] != ALL else f"{label(m)} on {env}" for m, env in failed]
+        return f"evaluations all NaN ({', '.join(where)})"
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["verdict"], row["verdict"])
     return f"{probability_text(row['p'], row['ci'])} {mark}"
 
@@ -138,7 +149,8 @@ def _cell(row: dict) -> str:
 def claims_table(rows: list[dict], names: dict[str, str] | None = None) -> str:
     """Markdown: a row per other method, a column for all environments then one per
     environment (headed by `names`: env label -> what it ran as); cells 'P [lo, hi] verdict'
-    ('not run there' where the method lacks the environment)."""
+    ('not run there' where the method lacks the environment, 'evaluations all NaN (...)' where
+    it, or HC, ran there but every final evaluation is NaN)."""
     names = names or {}
     columns = list(dict.fromkeys(r["env"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))

@@ -52,7 +52,9 @@ def ranks(medians: dict[str, float]) -> dict[str, int | None]:
 
 def results_rows(units) -> list[dict]:
     """One dict per (env, method): median / IQR of the final eval reward sum and of the final
-    training reward, rank of the eval median within the env, total tuning time."""
+    training reward, rank of the eval median within the env, total tuning time, evaluations
+    run (a unit that evaluated but whose final evaluations are all NaN is no rank: 'evaluations
+    all NaN' in the table)."""
     envs, methods, by = grouped(units)
     out = []
     for env in envs:
@@ -66,7 +68,8 @@ def results_rows(units) -> list[dict]:
             stats[m] = dict(env=env, method=m, eval_median=float(q50[0]), eval_q25=float(q25[0]),
                             eval_q75=float(q75[0]), train_median=float(t50[0]), train_q25=float(t25[0]),
                             train_q75=float(t75[0]), tuning_minutes=float(np.sum(u.tuner_time) / 60.0),
-                            seeds=int(u.seeds.size), iterations=int(u.train_reward.shape[1]))
+                            seeds=int(u.seeds.size), iterations=int(u.train_reward.shape[1]),
+                            evaluations=int(u.eval_reward.shape[1]))
         rk = ranks({m: s["eval_median"] for m, s in stats.items()})
         for m, s in stats.items():
             s["rank"] = rk[m]
@@ -87,7 +90,7 @@ def results_table(units) -> str:
             if r is None:
                 row.append("no unit")
             elif r["rank"] is None:  # no finite final evaluation: not ranked
-                row.append("no final evaluation")
+                row.append("evaluations all NaN" if r["evaluations"] else "no final evaluation")
             else:
                 row.append(f"{r['eval_median']:.4g} [{r['eval_q25']:.4g}, {r['eval_q75']:.4g}] ({r['rank']})")
         body.append(row)
