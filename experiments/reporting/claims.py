@@ -58,9 +58,10 @@ def on_environment(scores: ST.Scores, env: str) -> dict:
 
 def claim_rows(units, reps: int = ST.REPS, seed: int = 0) -> list[dict]:
     """One row per (environment or ALL, other method): {'env', 'method', 'p', 'ci', 'verdict',
-    'envs', 'all_nan' (`all_nan` of the method and HC)}. ALL rows are `stats.improvement_over` on the study's final evaluations, exactly as
-    `hcjax plot` writes them to tables/aggregate.json; an environment's rows are the same
-    statistic on that environment alone (its seeds resampled by the same generators)."""
+    'envs', 'all_nan' (`all_nan` of the method and HC)}. ALL rows are `stats.improvement_over`
+    on the study's final evaluations, exactly as `hcjax plot` writes them to
+    tables/aggregate.json; an environment's rows are the same statistic on that environment
+    alone (its seeds resampled by the same generators)."""
     scores = study_scores(units)
     envs, _, _ = grouped(units)
     rows = []
