@@ -95,3 +95,34 @@ def test_a_write_past_the_file_size_limit_names_the_file(tmp_path):
         assert line.startswith(f"{name} OSError {errno.EFBIG} {tmp_path / name} |"), line
         assert f"File too large: '{tmp_path / name}'" in line
     assert [p.name for p in tmp_path.iterdir()] == ["run.log"]  # no temporary file left behind
+
+
+# ---- a factory's exit or exception is the user's code --------------------------------------------
+
+def exiting_factory():
+    sys.exit(0)
+
+
+def raising_factory():
+    raise RuntimeError("no licence server")
+
+
+@pytest.mark.parametrize("factory, words", [("exiting_factory", "SystemExit: 0"),
+                                            ("raising_factory", "RuntimeError: no licence server")])
+def test_a_factory_that_exits_or_raises_is_the_users_mistake_naming_the_reference(factory, words, tmp_path, capsys):
+    """Issue 41: sys.exit(0) in a factory made `hcjax run` exit 0 with no output and nothing run;
+    an exception was exit 1 'hcjax: failed' (our failure) without the reference."""
+    ref = f"x=tests.test_reliability_round4:{factory}"
+    assert cli.main(["run", "--env-factory", ref, "--methods", "fixed", "--iterations", "1", "--seeds", "1",
+                     "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"env_factories: {ref!r}: calling the factory raised {words}" in err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=f"envs: mine: calling the factory raised {words}"):
+        experiments.Study(envs={"mine": globals()[factory]}, methods=["fixed"], seeds=1, iterations=1).plan()
+
+
+def test_a_factory_module_that_raises_on_import_is_named(tmp_path, monkeypatch):
+    (tmp_path / "broken_envs.py").write_text("raise SystemExit('no display')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"env_factories: 'broken_envs:make' cannot be imported \(SystemExit: no disp"):
+        experiments.Study(env_factories=["broken_envs:make"], methods=["fixed"], seeds=1, iterations=1).plan()

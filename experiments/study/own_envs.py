@@ -6,6 +6,8 @@ pair, a Brax Env, a JaxEnv / HostEnv, or a zero-argument factory returning one o
 gymnasium Env), or as an importable factory "package.module:make_env" (optionally
 "LABEL=package.module:make_env") in a study file's `env_factories` / `hcjax run --env-factory`:
 that imports the module and calls the function, i.e. runs your code, as Hydra's `_target_` does.
+Your code raising or exiting (`sys.exit`) while it is imported or called is your mistake to
+fix: a ValueError naming the reference (or label) and the exception (`hcjax run`: exit 2).
 
 Each becomes an `Own` (label, make, path, why: an `EnvChoice` once `presets.resolve` adds its
 per-environment PPO overrides) whose `make` names it and fingerprints its static description
@@ -110,6 +112,8 @@ def build_object(obj, where: str):
         made = obj()
     except TypeError as e:
         raise ValueError(f"{where}: calling the factory with no arguments failed: {e}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - your code failed (or exited): your mistake to fix
+        raise ValueError(f"{where}: calling the factory raised {type(e).__name__}: {e}") from None
     if isinstance(made, (str, agent_envs.EnvSpec)) or callable(made) and not _is_gymnasium(made):
         raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment")
     try:
@@ -170,7 +174,7 @@ def import_factory(reference: str):
         target = importlib.import_module(match["module"])
         for part in match["attr"].split("."):
             target = getattr(target, part)
-    except (ImportError, AttributeError) as e:
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a missing module or name, or its code failing on import
         raise ValueError(f"env_factories: {reference!r} cannot be imported ({type(e).__name__}: {e})") from None
     if not callable(target):
         raise ValueError(f"env_factories: {reference!r} is {type(target).__name__}, not a callable factory")
