@@ -126,3 +126,22 @@ def test_a_factory_module_that_raises_on_import_is_named(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"env_factories: 'broken_envs:make' cannot be imported \(SystemExit: no disp"):
         experiments.Study(env_factories=["broken_envs:make"], methods=["fixed"], seeds=1, iterations=1).plan()
+
+
+# ---- a Study's attributes changed after plan() ---------------------------------------------------
+
+def test_attributes_changed_after_plan_take_effect():
+    """Issue 41: `study.seeds` or `study.methods` changed after `plan()` were silently ignored
+    (the first plan was kept): now the next plan, check or run uses them, changed in place too."""
+    study = experiments.Study(env_factories=[WALK], methods=["fixed"], seeds=1, iterations=2, eval_every=1)
+    first = study.plan()
+    assert study.plan() is first  # nothing changed: the same plan
+    study.seeds, study.methods = 3, ["fixed", "random"]
+    assert (study.plan().preset.seeds, study.plan().preset.methods) == (3, ("fixed", "random"))
+    study.methods.append("hypercontroller")
+    study.changes["eval_every"] = 2
+    planned = study.plan()
+    assert planned.preset.methods == ("fixed", "random", "hypercontroller") and planned.preset.eval_every == 2
+    study.seeds = 0
+    with pytest.raises(ValueError, match="seeds must be a positive integer"):
+        study.check()

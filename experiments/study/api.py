@@ -14,6 +14,7 @@ fails during the work is logged and the others run, then `StudyFailed` is raised
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import sys
@@ -82,7 +83,8 @@ class Study:
     (None: the preset's, or without a preset `presets.SMALL_PPO`; {} PPOConfig's defaults,
     the paper's sizes); `fields`: the other Preset fields (eval_every, tune_every, tuner,
     env_ppo, paths, fast_compile, fuse_methods, description, reductions).
-    Nothing is checked or built until `plan`, `check` or `run`."""
+    Nothing is checked or built until `plan`, `check` or `run`; an attribute changed after
+    them (`study.seeds = 5`, `study.methods.append(...)`) takes effect at the next one."""
 
     def __init__(self, preset: str | Preset | None = None, *, envs=None,
                  env_factories: Sequence[str] | None = None, methods: Sequence[str] | None = None,
@@ -100,6 +102,7 @@ class Study:
         self.changes = dict(fields, **({} if ppo is None else {"ppo": dict(ppo)}),
                             **({} if name is None else {"name": name}))
         self._plan: Plan | None = None
+        self._planned_from: tuple | None = None  # `_inputs()` when _plan was made
         self._checked: float | None = None
 
     @classmethod
@@ -107,9 +110,25 @@ class Study:
         """The study of a study file (TOML, `experiments.study.studyfile`), with overrides."""
         return cls(studyfile.load(path), **overrides)
 
+    def _inputs(self) -> tuple:
+        """What the plan is made from, copied: an attribute changed (or a list or dict of one
+        changed in place) after `plan()` makes the next `plan()` anew. Environments are kept
+        as (label, the object itself) pairs: an object is the same only as itself (its own ==
+        may compare arrays)."""
+        envs = self.envs
+        pairs = list(envs.items()) if isinstance(envs, Mapping) else [(None, e) for e in envs] \
+            if isinstance(envs, (list, tuple)) else [(None, envs)]
+        return (tuple((label, _Same(e)) for label, e in pairs), self.preset, copy.deepcopy(self.methods), self.seeds,
+                self.iterations, copy.deepcopy(self.space), copy.deepcopy(self.env_factories),
+                copy.deepcopy(self.changes))
+
     def plan(self) -> Plan:
-        """The validated plan (ValueError naming the field); builds your own environments."""
-        if self._plan is None:
+        """The validated plan (ValueError naming the field); builds your own environments.
+        Kept until an attribute (preset, envs, methods, seeds, iterations, space,
+        env_factories, changes) changes: then made anew, so the change takes effect."""
+        inputs = self._inputs()
+        if self._plan is None or inputs != self._planned_from:
+            self._plan, self._checked = None, None
             base = presets.PRESETS.get(self.preset, self.preset) if isinstance(self.preset, str) else self.preset
             if isinstance(base, Preset) and self.changes:
                 base = dataclasses.replace(base, **self.changes)
@@ -117,6 +136,7 @@ class Study:
             self._plan = presets.resolve(base, envs=names, methods=self.methods, seeds=self.seeds,
                                          iterations=self.iterations, space=self.space,
                                          env_factories=self.env_factories, own=own)
+            self._planned_from = inputs
         return self._plan
 
     def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:
@@ -186,6 +206,20 @@ class Study:
         with self.open(out, resume=resume, progress=progress, tensorboard=tensorboard,
                        memory_limit_gib=memory_limit_gib, log=log) as run:
             return run.execute(plot=plot)
+
+
+class _Same:
+    """An environment as `Study._inputs` compares it: a name (str, EnvSpec) by value, anything
+    else (your own object) by identity."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __eq__(self, other) -> bool:
+        a, b = self.env, other.env
+        return a is b or isinstance(a, (str, agent_envs.EnvSpec)) and type(a) is type(b) and a == b
+
+    __hash__ = None
 
 
 def _old_env_choices(store: StudyDir) -> list[dict]:
