@@ -2,13 +2,16 @@
 array; a tuner's schedules replayed on new seeds are its values, iteration by iteration."""
 from __future__ import annotations
 
+import dataclasses
+import shutil
+
 import numpy as np
 import pytest
 
 import experiments
 import hcjax
 from experiments import cli
-from experiments.study.store import load_units
+from experiments.study.store import StudyDir, load_units
 from hcjax.tuners.schedule import schedule
 from tests.cli_runs import tiny_study
 
@@ -64,6 +67,28 @@ def test_unknown_units_and_bad_seeds_are_refused(study, tmp_path, capsys):
     assert "is the source study directory" in capsys.readouterr().err
     with pytest.raises(ValueError, match="seeds"):
         experiments.replay(out, "CartPole-v1__fixed", [1, 1])
+
+
+@pytest.mark.slow
+def test_an_edited_schedule_outside_the_space_is_refused_naming_the_value(study, tmp_path):
+    """Issue 41: a unit file whose schedule was edited beyond the space's bounds replayed with
+    the values clipped, silently. Refused before anything is built: the values replayed must
+    be those the unit ran."""
+    out, units = study
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited)
+    unit = units["random"]
+    hparams = unit.hparams.copy()
+    hparams[1, 4, 1] = 1000.0  # batch_size, in [16, 64]
+    StudyDir(edited).save_unit(dataclasses.replace(unit, hparams=hparams))
+    with pytest.raises(ValueError, match=r"CartPole-v1__random's schedule lies outside the space: batch_size = "
+                                         r"1000 at seed row 1, iteration 4 \(the space allows whole numbers in "
+                                         r"\[16, 64\]\)"):
+        experiments.replay(edited, "CartPole-v1__random", [0, 1])
+    hparams[1, 4, 1] = 20.5  # inside the bounds, but batch_size is an integer
+    StudyDir(edited).save_unit(dataclasses.replace(unit, hparams=hparams))
+    with pytest.raises(ValueError, match=r"batch_size = 20.5 at seed row 1, iteration 4 \(the space allows whole"):
+        experiments.replay(edited, "CartPole-v1__random", [0, 1])
 
 
 def test_the_schedule_tuner_asks_row_after_row():

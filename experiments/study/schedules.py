@@ -54,6 +54,24 @@ def source_unit(source: str | os.PathLike, unit: str) -> UnitResult:
     return load_unit(path)
 
 
+def check_schedule(unit: str, space: Space, hparams: np.ndarray) -> None:
+    """ValueError naming the first value of `hparams` (n, T, h) outside `space` (float32
+    bounds; whole numbers for an integer or categorical one): the schedule tuner would clip
+    or round it, and the replay would not run what the unit ran (a unit file edited by hand?)."""
+    hparams = np.asarray(hparams, np.float32)
+    whole = np.asarray(space.is_integer | space.is_categorical)
+    bad = ~np.isfinite(hparams) | (hparams < space.low) | (hparams > space.high)
+    bad |= whole & (hparams != np.round(hparams))
+    if not bad.any():
+        return
+    row, t, i = (int(k) for k in np.argwhere(bad)[0])
+    p = space.hyperparameters[i]
+    allowed = f"[{p.low:g}, {p.high:g}]" if not whole[i] else f"whole numbers in [{p.low:g}, {p.high:g}]"
+    raise ValueError(f"unit: {unit}'s schedule lies outside the space: {p.name} = {hparams[row, t, i]:g} at seed row "
+                     f"{row}, iteration {t} (the space allows {allowed}); a replay runs the values the unit ran, "
+                     f"unchanged: was its file edited?")
+
+
 def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str | os.PathLike | None = None,
            on_segment=lambda k: None) -> UnitResult:
     """Replay unit `unit` of study directory `source` on `seeds` (seed ids); see the
@@ -65,6 +83,7 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     if env.get("path") == "gymnasium":
         raise ValueError(f"unit: {unit} runs a gymnasium (host) environment; replay runs JAX environments only")
     space = Space(make_hyperparameter(e) for e in config["space"])
+    check_schedule(unit, space, src.hparams)
     n_src, T = src.train_reward.shape
     ppo = {k: tuple(v) if isinstance(v, list) else v for k, v in {**config["ppo"], **env.get("ppo", {})}.items()}
     learner = make_learner(PPOConfig(**dict(ppo, num_iterations=T, tune_every=1)), build.environment(env["make"]),
