@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 import experiments
+from agents.ppo import PPOConfig
 from experiments import cli
+from experiments.study import checks
 from experiments.study.devices import MAX_SEED_ID
 from experiments.study.store import StudyDir
 
@@ -145,3 +147,23 @@ def test_attributes_changed_after_plan_take_effect():
     study.seeds = 0
     with pytest.raises(ValueError, match="seeds must be a positive integer"):
         study.check()
+
+
+# ---- the memory check counts the evaluation ------------------------------------------------------
+
+TINY_PPO = dict(num_envs=4, hidden_sizes=[8], update_epochs=1, num_minibatches=2, eval_steps=10**9)
+
+
+def test_the_memory_check_counts_the_evaluations_episodes_and_names_eval_episodes():
+    """Issue 41: the check ignored the evaluation. eval_steps = 10**9 holds nothing per step
+    (tests/test_evaluation.py) and passes; 4 agents x 10**8 episodes at once cannot."""
+    fine = experiments.Study(env_factories=[WALK], methods=["fixed"], seeds=4, iterations=2, ppo=TINY_PPO)
+    fine.check()
+    huge = experiments.Study(env_factories=[WALK], methods=["fixed"], seeds=4, iterations=2,
+                             ppo=dict(TINY_PPO, eval_episodes=10**8))
+    with pytest.raises(ValueError, match=r"unit w / fixed: estimated .* GiB .*evaluation.*eval_episodes = 100000000"):
+        huge.check()
+    plan = fine.plan()
+    one, four = (checks.evaluation_bytes(PPOConfig(**dict(TINY_PPO, eval_episodes=k)), plan.envs[0]) for k in (1, 4))
+    assert four == 4 * one > 0
+    assert checks.evaluation_bytes(PPOConfig(**dict(TINY_PPO, eval_steps=10)), plan.envs[0]) == one

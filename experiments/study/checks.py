@@ -59,20 +59,23 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
             raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
                              f"the device count ({jax.device_count()}): the population is exactly the seeds")
     for env, methods in unit_groups(plan):
-        base = agent_bytes(configs[env.label], env, space)
+        config = configs[env.label]
+        base, evaluation = agent_bytes(config, env, space), evaluation_bytes(config, env)
         agents = len(methods) * plan.preset.seeds
         if is_population(methods[0]):
             tuner_bytes = tuners[methods[0]].memory_bytes(plan.preset.seeds) / plan.preset.seeds
         else:
             tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
-        total = agents * (base + tuner_bytes)
+        total = agents * (base + tuner_bytes + evaluation)
         if total > memory_limit_gib * 2**30:
             raise ValueError(
                 f"unit {env.label} / {'+'.join(methods)}: estimated {total / 2**30:.3g} GiB ({agents} "
                 f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
-                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner) "
-                f"exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, iterations, num_envs, the "
-                f"batch size, hidden_sizes or the tuner's options, or raise --memory-limit-gib")
+                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner; "
+                f"and x {evaluation / 2**20:.3g} MiB: the evaluation, eval_episodes = {config.eval_episodes} "
+                f"episodes at once) exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, "
+                f"iterations, num_envs, the batch size, hidden_sizes, eval_episodes or the tuner's options, or "
+                f"raise --memory-limit-gib")
 
 
 def agent_bytes(config, env: EnvChoice, space) -> int:
@@ -82,6 +85,28 @@ def agent_bytes(config, env: EnvChoice, space) -> int:
     state_bytes, per_iteration = _learner_bytes(config, env.make, space.hyperparameters)
     metrics = 8 * config.num_iterations * (len(METRIC_KEYS) - 1 + space.h)  # hparams: h columns
     return WORKSPACE_FACTOR * (state_bytes + per_iteration) + metrics
+
+
+def evaluation_bytes(config, env: EnvChoice) -> int:
+    """Estimated bytes of one agent's evaluation: its config.eval_episodes episodes run at once
+    (vmapped), each holding its environment state and observation (shapes from jax.eval_shape
+    of the reset), the policy's activations and the carried scalars, times WORKSPACE_FACTOR.
+    Nothing scales with eval_steps (each step's keys are drawn inside the scan). A host
+    environment's episodes run one after another on the host: its observation only."""
+    episode = _episode_bytes(env.make, tuple(config.hidden_sizes))
+    return WORKSPACE_FACTOR * config.eval_episodes * episode
+
+
+@functools.lru_cache(maxsize=64)
+def _episode_bytes(make: str, hidden_sizes: tuple[int, ...]) -> int:
+    """Bytes one evaluation episode of `make` holds at a step (see evaluation_bytes); cached."""
+    environment = build.environment(make)
+    activations = 4 * (2 * environment.obs_size + sum(hidden_sizes) + 2 * max(environment.action_size, 1))
+    if environment.host:
+        return activations
+    env_state, obs = jax.eval_shape(environment.reset, jax.random.PRNGKey(0))
+    held = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves((env_state, obs)))
+    return 2 * held + activations + 64  # the scan's carry and the step's new state; return, alive, keys
 
 
 @functools.lru_cache(maxsize=64)
