@@ -15,7 +15,6 @@ import traceback
 import warnings
 from pathlib import Path
 
-import gymnasium.logger  # noqa: F401  (puts its own DeprecationWarning filter first on import: main's go before it)
 import jax
 
 from experiments import deps
@@ -442,6 +441,8 @@ COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "replay": cm
 
 
 def main(argv: list[str] | None = None) -> int:
+    # gymnasium.logger (imported with experiments.study.api's gymnasium.error) put its own
+    # DeprecationWarning filter first on import: these go before it
     for category, message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()

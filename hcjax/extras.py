@@ -12,9 +12,11 @@ table against it):
     export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
 
-Usage, where an optional package is first needed:
+Usage, where an optional package is first needed (a package's __init__ for what its modules
+import at module level):
 
     require("the agents package (PPO)", "flax", "optax")  # ImportError naming hcjax[agents]
+    require_studies()  # experiments.study, .reporting, .benchmarks: ImportError naming hcjax[studies]
 """
 from __future__ import annotations
 
@@ -31,26 +33,42 @@ PROVIDED_BY = {
 }
 
 
+# What the modules of experiments.study, .reporting, .benchmarks and experiments.cli import at
+# module level from the studies extra (the others, matplotlib, tqdm, pandas, tensorboardX, when used)
+STUDIES_IMPORTS = ("gymnasium", "filelock", "flax", "optax", "chex")
+
+
 def install_hint(extra: str) -> str:
     return f'pip install "hcjax[{extra}]"'
 
 
-def missing_extra(error: ImportError, what: str) -> ModuleNotFoundError | None:
+def missing_extra(error: ImportError, what: str, extra: str | None = None) -> ModuleNotFoundError | None:
     """The ImportError to raise for `error` (raised while importing what `what` needs):
-    one naming the extra that installs the missing package, or None when `error` is not
-    a missing optional package (a broken install or our own bug: re-raise it as it is)."""
+    one naming the extra that installs the missing package (`extra`, default the package's
+    own in PROVIDED_BY), or None when `error` is not a missing optional package (a broken
+    install or our own bug: re-raise it as it is)."""
     name = (getattr(error, "name", None) or "").split(".")[0]
     if not isinstance(error, ModuleNotFoundError) or name not in PROVIDED_BY:
         return None
-    extra = PROVIDED_BY[name]
+    extra = extra or PROVIDED_BY[name]
     return ModuleNotFoundError(f"{what} needs the {extra!r} extra ({name} is not installed): "
                                f"{install_hint(extra)}", name=name)
 
 
-def require(what: str, *modules: str) -> None:
-    """Import each of `modules`; ImportError naming the extra to install if one is missing."""
+def require(what: str, *modules: str, extra: str | None = None) -> None:
+    """Import each of `modules`; ImportError naming the extra to install if one is missing
+    (`extra`: the one that installs all of them, e.g. 'studies' for gymnasium, which gymnax
+    brings; default each package's own)."""
     for module in modules:
         try:
             importlib.import_module(module)
         except ImportError as err:
-            raise (missing_extra(err, what) or err) from err
+            raise (missing_extra(err, what, extra) or err) from err
+
+
+def require_studies() -> None:
+    """Import the packages of the studies extra that experiments' study engine, reports,
+    benchmarks and command import at module level (STUDIES_IMPORTS); ImportError naming
+    hcjax[studies] if one is missing. Each of those packages calls it first."""
+    require("hcjax's studies (experiments: the study engine, reports, benchmarks and the hcjax command)",
+            *STUDIES_IMPORTS, extra="studies")

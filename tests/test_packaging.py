@@ -4,6 +4,7 @@ packages are simulated in a fresh interpreter by `sys.modules[name] = None` (Pyt
 raises ModuleNotFoundError on import), so nothing is uninstalled."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -179,3 +180,47 @@ def test_a_hanging_test_fails_the_run_once_with_its_stacks(pytestconfig, tmp_pat
     assert result.returncode == 1 and "1 failed, 1 passed" in out, out[-2000:]
     assert "Timeout (0:00:01)!" in out and 'test_hang.py", line 4 in test_hangs' in out  # the stack, on the terminal
     assert "crashed while running 'test_hang.py::test_hangs'" in out
+
+
+def public_modules() -> list[str]:
+    """Every module of agents and experiments a user may import (no `_private` part, no __main__)."""
+    names = []
+    for package in ("agents", "experiments"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            if not any(p.startswith("_") for p in parts):
+                names.append(".".join(parts))
+    return names
+
+
+IMPORT_EACH = """
+import json
+out = {}
+for name in MODULES:
+    try:
+        __import__(name)
+        out[name] = "ok"
+    except ImportError as e:
+        out[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("package", sorted(PROVIDED_BY))
+@pytest.mark.slow
+def test_every_public_module_without_an_optional_package_imports_or_names_its_extra(package):
+    """Issue 41: `from experiments import Study`, `experiments.load`, the reporting modules and
+    `experiments.cli` failed with a bare "No module named 'gymnasium'" / 'filelock' where
+    docs/install.md promises an ImportError naming the extra. Each optional package blocked in
+    turn, every public module of agents and experiments is imported in one fresh interpreter:
+    it imports, or its ImportError names an extra and the command that installs it."""
+    modules = public_modules()
+    assert "experiments.study.api" in modules and "agents.ppo.learner" in modules
+    result = run_python(f"MODULES = {modules!r}\n" + IMPORT_EACH, blocked=(package,))
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    bare = {m: why for m, why in outcome.items() if why != "ok" and not re.search(r'pip install "hcjax\[\w+\]"', why)}
+    assert not bare, f"blocking {package}: {bare}"
+    lean = [m for m in ("experiments", "experiments.deps", "experiments.entry") if outcome[m] != "ok"]
+    assert not lean, f"{lean} must import without {package} (a core install's `hcjax info`)"

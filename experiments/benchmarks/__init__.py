@@ -9,3 +9,6 @@ lgds_demo.py         regret of every tuner on linear Gaussian dynamical systems
 lgds_population.py   population methods on LGDS problems
 timing.py            medians of timed calls, tables, JSON output
 """
+from hcjax.extras import require_studies
+
+require_studies()  # else an ImportError naming hcjax[studies]

@@ -19,3 +19,6 @@ engine.py       prepare a study directory, run every unit group
 store.py        the study directory: lock, manifest, unit files, checkpoints
 progress.py     progress bars on a terminal, plain lines otherwise
 """
+from hcjax.extras import require_studies
+
+require_studies()  # else an ImportError naming hcjax[studies]
