@@ -18,7 +18,7 @@ from gymnax.environments import environment, spaces
 
 import experiments
 from experiments import cli
-from experiments.study import estimate, own_envs, presets, studyfile
+from experiments.study import build, estimate, own_envs, presets, studyfile
 from experiments.study import store as R
 from tests.cli_runs import python
 from tests.test_readme import OWN_STUDY, python_block
@@ -66,6 +66,28 @@ class Walk(environment.Environment):
 def make_walk():
     """A factory for study files and --env-factory (tests.test_study_api:make_walk)."""
     return Walk()
+
+
+class DriftWalk(Walk):
+    """Walk drifting by `drift` at every step: an instance attribute, like the issue's
+    Thermostat(drift=...), which the fingerprint once ignored."""
+
+    def __init__(self, drift: float):
+        super().__init__()
+        self.drift = drift
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        state = state.replace(x=state.x + self.drift)
+        return self.get_obs(state, params), state, -jnp.abs(params.goal - state.x), done, info
+
+
+class Dice(Walk):
+    """Walk holding a NumPy Generator: an attribute the fingerprint cannot read (opaque)."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
 
 
 def not_an_env():
@@ -276,3 +298,55 @@ def test_a_factory_reference_named_again_keeps_its_build_while_it_names_the_same
     monkeypatch.setattr(sys.modules[__name__], "make_walk", lambda: Walk())
     changed = own_envs.built(own_envs.from_factory("w=tests.test_study_api:make_walk").make)
     assert changed is not first and isinstance(changed, type(first))
+
+
+def test_distinct_objects_under_distinct_labels_never_share_a_build():
+    """Issue 41: two objects of one class with other attributes (and two lambdas) had one
+    fingerprint, and the process kept one built environment per fingerprint: every label
+    trained the last one given. The fingerprint now covers what an object holds; where it
+    cannot (an opaque attribute) the label is part of it."""
+    objects = {"slow": DriftWalk(0.01), "fast": DriftWalk(0.5), "l_slow": lambda: DriftWalk(0.01),
+               "l_fast": lambda: DriftWalk(0.5), "d0": Dice(0), "d1": Dice(1)}
+    plan = experiments.Study(envs=objects, methods=["fixed"], seeds=1, iterations=1).plan()
+    makes = {e.label: e.make for e in plan.envs}
+    assert len(set(makes.values())) == len(makes), makes
+    assert len({id(build.environment(m)) for m in makes.values()}) == len(makes)
+    fingerprint = {label: make.split("#")[1] for label, make in makes.items()}
+    assert fingerprint["slow"] == fingerprint["l_slow"]  # the same environment, made two ways
+    again = experiments.Study(envs={"slow": DriftWalk(0.01), "d0": Dice(0)}, methods=["fixed"], seeds=1,
+                              iterations=1).plan()
+    assert [e.make for e in again.envs] == [makes["slow"], makes["d0"]]  # equal objects, equal identities
+
+
+def test_a_rerun_study_uses_its_own_objects_even_where_they_cannot_be_told_apart():
+    """Issue 41, the notebook sequence with objects the fingerprint cannot read: study A, then
+    study B of the same class and label, then A again: A's plan, check and run use A's object."""
+    a = experiments.Study(envs={"d": Dice(0)}, methods=["fixed"], seeds=1, iterations=1)
+    b = experiments.Study(envs={"d": Dice(1)}, methods=["fixed"], seeds=1, iterations=1)
+    env_a = build.environment(a.plan().envs[0].make)
+    env_b = build.environment(b.plan().envs[0].make)
+    assert a.plan().envs[0].make == b.plan().envs[0].make and env_a is not env_b
+    assert build.environment(a.plan().envs[0].make) is env_a
+    assert build.environment(b.plan().envs[0].make) is env_b
+
+
+@pytest.mark.slow
+def test_two_thermostats_train_each_its_own_and_a_rerun_study_keeps_its_own(tmp_path):
+    """Issue 41 end to end: Study(envs={"slow": ..., "fast": ...}) of one class trained both
+    labels on the fast one; study B (other arguments, same label) run after study A made A's
+    rerun train B's environment. Two seeds, four iterations; the training rewards of every
+    iteration compared (a label's unit on the fast walker equals B's, on the slow one not)."""
+    sizes = dict(TINY, iterations=4, eval_every=2)
+
+    def rewards(study, out):
+        return {u.meta["env"]: u.train_reward for u in R.StudyDir(study.run(out, progress=False, plot=False).directory)
+                .units()}
+
+    a = experiments.Study(envs={"slow": DriftWalk(0.0), "fast": DriftWalk(1.0)}, **sizes)
+    first = rewards(a, tmp_path / "a")
+    b = experiments.Study(envs={"slow": DriftWalk(1.0)}, **sizes)  # A's fast walker under A's slow label
+    other = rewards(b, tmp_path / "b")["slow"]
+    assert np.all(np.isfinite(other)) and not np.allclose(other, first["slow"])  # A's slow label ran the slow walker
+    rerun = rewards(a, tmp_path / "a2")
+    for label in ("slow", "fast"):
+        np.testing.assert_array_equal(rerun[label], first[label])  # A again: A's walkers, not B's

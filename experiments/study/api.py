@@ -103,6 +103,7 @@ class Study:
                             **({} if name is None else {"name": name}))
         self._plan: Plan | None = None
         self._planned_from: tuple | None = None  # `_inputs()` when _plan was made
+        self._builds: dict = {}  # own environments' builds when _plan was made (`own_envs.builds`)
         self._checked: float | None = None
 
     @classmethod
@@ -125,18 +126,21 @@ class Study:
     def plan(self) -> Plan:
         """The validated plan (ValueError naming the field); builds your own environments.
         Kept until an attribute (preset, envs, methods, seeds, iterations, space,
-        env_factories, changes) changes: then made anew, so the change takes effect."""
+        env_factories, changes) changes: then made anew, so the change takes effect. The own
+        environments built with it are this study's wherever it is used (`own_envs.register`)."""
         inputs = self._inputs()
-        if self._plan is None or inputs != self._planned_from:
-            self._plan, self._checked = None, None
-            base = presets.PRESETS.get(self.preset, self.preset) if isinstance(self.preset, str) else self.preset
-            if isinstance(base, Preset) and self.changes:
-                base = dataclasses.replace(base, **self.changes)
-            names, own = self._environments()
-            self._plan = presets.resolve(base, envs=names, methods=self.methods, seeds=self.seeds,
-                                         iterations=self.iterations, space=self.space,
-                                         env_factories=self.env_factories, own=own)
-            self._planned_from = inputs
+        if self._plan is not None and inputs == self._planned_from:
+            own_envs.register(self._builds)  # this study's own objects, whatever another study gave since
+            return self._plan
+        self._plan, self._checked = None, None
+        base = presets.PRESETS.get(self.preset, self.preset) if isinstance(self.preset, str) else self.preset
+        if isinstance(base, Preset) and self.changes:
+            base = dataclasses.replace(base, **self.changes)
+        names, own = self._environments()
+        self._plan = presets.resolve(base, envs=names, methods=self.methods, seeds=self.seeds,
+                                     iterations=self.iterations, space=self.space,
+                                     env_factories=self.env_factories, own=own)
+        self._planned_from, self._builds = inputs, own_envs.builds(e.make for e in self._plan.envs)
         return self._plan
 
     def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:

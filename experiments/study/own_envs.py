@@ -10,14 +10,22 @@ Your code raising or exiting (`sys.exit`) while it is imported or called is your
 fix: a ValueError naming the reference (or label) and the exception (`hcjax run`: exit 2).
 
 Each becomes an `Own` (label, make, path, why: an `EnvChoice` once `presets.resolve` adds its
-per-environment PPO overrides) whose `make` names it and fingerprints its static description
-(sizes, bounds, time limit, backend, and its params' repr where it has params):
-"object:QUALNAME#FP" or "factory:REF#FP". `make` enters the unit's configuration key, so a
-directory resumes a study only with an environment of the same name and fingerprint; a change
-inside the code that keeps all of these is not detected (rename the label to start over).
-The built environment is kept in this process under its `make` (`built`, read by `build.environment`);
-an object given again, and a factory reference naming the same function object again, keep their
-first build (the GIVEN_KEPT most recent of each), so a rerun's units reuse their compiled programs.
+per-environment PPO overrides) whose `make` names it and fingerprints it: "object:QUALNAME#FP"
+or "factory:REF#FP", FP a hash of the built environment's static description (sizes, bounds,
+time limit, backend) and of what the object holds (`identity.describe`: its attributes, an
+(env, params) pair's params, a function's code, closure and globals; for a factory, what it
+returned). Objects that differ in what they hold have different identities; where a part
+cannot be read (`identity`'s opaque parts: a C extension's object such as a NumPy Generator)
+the label enters FP too, so two labels are two builds. `make` enters the unit's
+configuration key, so a directory resumes a study only with an environment of the same name
+and fingerprint; a change inside a class's code that keeps all of these is not detected
+(rename the label to start over), nor one inside an opaque part under the same label.
+The built environment is kept in this process under its `make` (`built`, read by
+`build.environment`); a Study keeps the builds its plan was made with and puts them back
+whenever it plans again (`builds`, `register`: a study rerun after another of the same
+identity uses its own objects). An object given again, and a factory reference naming the
+same function object again, keep their first build (the GIVEN_KEPT most recent of each), so
+a rerun's units reuse their compiled programs.
 """
 from __future__ import annotations
 
@@ -31,19 +39,20 @@ from collections import OrderedDict
 from typing import Any
 
 from agents import envs as agent_envs
+from experiments.study.identity import Described, describe
 
 PREFIXES = ("object:", "factory:")  # the `make` of an own environment (never a registry name)
 REFERENCE = re.compile(r"(?:(?P<label>[^=\s]+)=)?(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)")
 
 
 _BUILT: dict[str, Any] = {}  # make -> the environment built in this process
-# id -> (environment object, its build, params text), the GIVEN_KEPT most recently given: an
+# id -> (environment object, its build, what it holds), the GIVEN_KEPT most recently given: an
 # object given again after that is built again (its units then compile again)
-_GIVEN: OrderedDict[int, tuple[Any, Any, str]] = OrderedDict()
+_GIVEN: OrderedDict[int, tuple[Any, Any, Described]] = OrderedDict()
 GIVEN_KEPT = 16  # as many as experiments.study.programs keeps unit configurations
-# factory reference (without its label) -> (the factory function, its build, params text), the
+# factory reference (without its label) -> (the factory function, its build, what it made), the
 # GIVEN_KEPT most recently named: the same function named again is not called again
-_FACTORIES: OrderedDict[str, tuple[Any, Any, str]] = OrderedDict()
+_FACTORIES: OrderedDict[str, tuple[Any, Any, Described]] = OrderedDict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +76,17 @@ def built(make: str):
     return _BUILT[make]
 
 
+def builds(makes) -> dict[str, Any]:
+    """{make: the environment built under it now} of the own environments among `makes`."""
+    return {make: built(make) for make in makes if is_own(make)}
+
+
+def register(kept: dict[str, Any]) -> None:
+    """Put back builds taken by `builds` (a study planned again after another one gave other
+    objects of the same identity: an opaque difference under the same label)."""
+    _BUILT.update(kept)
+
+
 def is_own(make: str) -> bool:
     """Whether an EnvChoice's `make` names an own environment (not a registry name)."""
     return make.startswith(PREFIXES)
@@ -80,31 +100,36 @@ def _qualified(obj) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(obj).__name__)}"
 
 
-def _params_text(obj) -> str:
-    """repr of an object's environment parameters (gymnax: the params of a pair, or the default)."""
-    if isinstance(obj, tuple) and len(obj) == 2:
-        return repr(obj[1])
-    params = getattr(obj, "default_params", None)
-    return "" if params is None else repr(params)
-
-
-def fingerprint(env, params_text: str = "") -> str:
-    """A short hash of a built environment's static description and its params' repr."""
+def fingerprint(env, held: Described, label: str) -> str:
+    """A short hash of a built environment's static description and of what its object holds
+    (`held`); with `label` where part of that could not be read (`held.opaque`)."""
     described = dict(name=env.name, obs_size=env.obs_size, action_size=env.action_size, discrete=env.discrete,
                      low=[float(x) for x in env.action_low], high=[float(x) for x in env.action_high],
-                     steps=env.max_episode_steps, backend=env.backend, params=params_text)
+                     steps=env.max_episode_steps, backend=env.backend, holds=held.digest,
+                     label=label if held.opaque else None)
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def _made_by(made, factory) -> Described:
+    """What a factory's result holds; where part of it cannot be read, the factory's own
+    description (its code, closure, globals) joins it."""
+    held = describe(made)
+    if not held.opaque:
+        return held
+    code = describe(factory)
+    return Described(hashlib.sha256(f"{held.digest}/{code.digest}".encode()).hexdigest()[:16], held.opaque)
+
+
 def build_object(obj, where: str):
-    """(built JaxEnv / HostEnv, params repr) of an environment object or a zero-argument
-    factory; ValueError naming `where` when it is not (or does not return) an environment."""
+    """(built JaxEnv / HostEnv, what it was built from holds: `identity.Described`) of an
+    environment object or a zero-argument factory (what it returned); ValueError naming
+    `where` when it is not (or does not return) an environment."""
     if isinstance(obj, (str, agent_envs.EnvSpec)):
         raise ValueError(f"{where}: got {obj!r}; registry names go in envs, own environments are objects")
     native = isinstance(obj, (agent_envs.JaxEnv, agent_envs.HostEnv)) or any(
         b.accepts(obj) for b in agent_envs.TABLE if not b.host)
     if native:
-        return agent_envs.make(obj), _params_text(obj)
+        return agent_envs.make(obj), describe(obj)
     if not callable(obj):
         raise ValueError(f"{where}: {type(obj).__name__} is not an environment; give a gymnax Environment, an "
                          f"(Environment, params) pair, a Brax Env, a JaxEnv / HostEnv, or a zero-argument factory")
@@ -118,9 +143,10 @@ def build_object(obj, where: str):
         raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment")
     try:
         if _is_gymnasium(made):
+            held = _made_by(made, obj)
             _close(made)
-            return agent_envs.make(obj), ""  # the host path builds num_envs copies from the factory
-        return agent_envs.make(made), _params_text(made)
+            return agent_envs.make(obj), held  # the host path builds num_envs copies from the factory
+        return agent_envs.make(made), _made_by(made, obj)
     except ValueError as e:
         raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment ({e})") from None
 
@@ -138,30 +164,31 @@ def _close(env) -> None:
 def from_object(obj, label: str | None = None) -> Own:
     """The Own of an environment object or factory (built now and registered);
     label: its name in tables and unit files (default the environment's own name). The same
-    environment object (not a factory: it is called again) given again in this process keeps
-    its first build (of the GIVEN_KEPT most recently given), so a second study of it reuses
-    its units' compiled programs (`experiments.study.programs`); give a new object after
-    changing one."""
+    environment object (not a factory: it is called again) given again in this process,
+    holding what it held then, keeps its first build (of the GIVEN_KEPT most recently given),
+    so a second study of it reuses its units' compiled programs (`experiments.study.programs`);
+    an object changed since (an attribute set) is built again."""
     where = f"envs: {label or _qualified(obj)}"
     if callable(obj):  # a factory object is called again (only a named factory reference keeps its build)
-        env, params = build_object(obj, where)
+        env, held = build_object(obj, where)
     else:  # the entry holds the object: its id names no other while kept
-        env, params = _kept_build(_GIVEN, id(obj), obj, lambda: build_object(obj, where))
-    return _choice(env, label, f"object:{_qualified(obj)}", params, "your own environment (a Python object)")
+        env, held = _kept_build(_GIVEN, id(obj), obj, lambda: build_object(obj, where), describe(obj))
+    return _choice(env, label, f"object:{_qualified(obj)}", held, "your own environment (a Python object)")
 
 
-def _kept_build(kept: OrderedDict, key, source, build) -> tuple[Any, str]:
-    """(environment, params text) kept in `kept` under `key` while its entry holds this very
-    `source` (an object or factory function); else `build()`, kept (the GIVEN_KEPT most recent)."""
+def _kept_build(kept: OrderedDict, key, source, build, held: Described | None = None) -> tuple[Any, Described]:
+    """(environment, what its source holds) kept in `kept` under `key` while its entry holds
+    this very `source` (an object or factory function; an object still holding `held`, when
+    given); else `build()`, kept (the GIVEN_KEPT most recent)."""
     entry = kept.get(key)
-    if entry is not None and entry[0] is source:
+    if entry is not None and entry[0] is source and (held is None or entry[2] == held):
         kept.move_to_end(key)
         return entry[1], entry[2]
-    env, params = build()
-    kept[key] = (source, env, params)
+    env, described = build()
+    kept[key] = (source, env, described)
     while len(kept) > GIVEN_KEPT:
         kept.popitem(last=False)
-    return env, params
+    return env, described
 
 
 def import_factory(reference: str):
@@ -188,16 +215,17 @@ def from_factory(reference: str) -> Own:
     notebook) reuses its units' compiled programs; reload the module after changing its code."""
     label, factory = import_factory(reference)
     ref = reference.strip().split("=", 1)[-1] if "=" in reference else reference.strip()
-    env, params = _kept_build(_FACTORIES, ref, factory, lambda: build_object(factory, f"env_factories: {reference!r}"))
+    env, held = _kept_build(_FACTORIES, ref, factory, lambda: build_object(factory, f"env_factories: {reference!r}"))
     label = label or env.name
-    return _choice(env, label, f"factory:{ref}", params,
+    return _choice(env, label, f"factory:{ref}", held,
                    f"your own environment: factory {ref} (imports and runs your code)")
 
 
-def _choice(env, label: str | None, kind: str, params: str, why: str) -> Own:
-    make = f"{kind}#{fingerprint(env, params)}"
+def _choice(env, label: str | None, kind: str, held: Described, why: str) -> Own:
+    label = label or env.name
+    make = f"{kind}#{fingerprint(env, held, label)}"
     _BUILT[make] = env
-    return Own(label=label or env.name, make=make, path=env.backend, why=why)
+    return Own(label=label, make=make, path=env.backend, why=why)
 
 
 def check_unchanged(choices, old: list[dict[str, Any]]) -> None:
