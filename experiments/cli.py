@@ -20,7 +20,7 @@ import jax
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots
-from experiments.study import api, interrupts, presets, schedules, studyfile
+from experiments.study import api, interrupts, presets, processes, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.store import StudyBusy, StudyDir
@@ -32,7 +32,11 @@ detected before any work starts, with a message naming the field and the allowed
 values; 1 our failure during the work, reported with the exception's type, message and
 location (the full traceback is appended to DIR/run.log); 130 interrupted (Ctrl-C), 143
 terminated (SIGTERM; 129 for SIGHUP), with how many units finished: rerunning the same
-command resumes. `hcjax run` starts no other process, so nothing outlives it."""
+command resumes. `hcjax run` starts no other process, so nothing outlives it. Under
+--distributed every process checks the study and they compare environments, study and
+units before any work (a difference, or one process's mistake, is exit 2 on every
+process, naming the process); when one process stops during the work (fails, is
+interrupted, is killed), the others stop within seconds with a message and exit 1."""
 
 # Third-party warnings that say nothing about this run (filtered here, never in the library).
 KNOWN_WARNINGS = (
@@ -301,11 +305,34 @@ def study_of(args) -> api.Study:
 
 
 def cmd_run(args) -> int:
-    # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
         start_distributed(args)
-    elif args.coordinator or args.num_processes is not None or args.process_id is not None:
+        return run_distributed(args)
+    if args.coordinator or args.num_processes is not None or args.process_id is not None:
         raise UsageError("--coordinator, --num-processes and --process-id need --distributed")
+    return run_study(args)
+
+
+def run_distributed(args) -> int:
+    """`hcjax run --distributed` once jax.distributed runs: the study under the processes'
+    watchdog (`experiments.study.processes`). A mistake found before any work is told to the
+    other processes, which stop with it (exit 2 on every one); a run that stops during the
+    work (a failure, Ctrl-C, a signal) tells the others and exits at once with its status
+    (JAX's shutdown barrier would wait for a process that is gone, then abort)."""
+    with processes.watchdog():
+        try:
+            status = run_study(args)
+        except UsageError as e:  # the original ValueError (its context) may have told the others already
+            processes.refuse(e.__context__ if getattr(e.__context__, "told_peers", False) else e)
+            raise
+    if status != 0:
+        processes.leave({1: "its run failed (see above)", 130: "interrupted"}.get(
+            status, f"terminated by signal {status - 128}"), status)
+    return status
+
+
+def run_study(args) -> int:
+    # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     try:
         study = study_of(args)
         with _without_known_prints():  # resolving names imports the registries
@@ -329,17 +356,30 @@ def _run_locked(args, run: api.StudyRun) -> int:
     except (KeyboardInterrupt, Terminated) as e:
         return 130 if isinstance(e, KeyboardInterrupt) else 128 + e.signum
     except api.StudyFailed as e:
+        _leave_if_lost(run, [f.error for f in e.failures])
         if run.writer:
             _print_result(e.result, run.store)
             for f in e.failures:
                 _report_failure(f.error, run.store.log_path)
         return 1
     except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
+        _leave_if_lost(run, [e])
         _report_failure(e, run.store.log_path if run.writer else None)
         return 1
     if run.writer:  # only process 0 writes and reports
         _print_result(result, run.store)
     return 0
+
+
+def _leave_if_lost(run: api.StudyRun, errors: list[BaseException]) -> None:
+    """Under --distributed, an error that says another process went away (not our failure):
+    logged, then this process stops at once (`processes.leave`, exit 1)."""
+    lost = next((e for e in errors if jax.process_count() > 1 and processes.lost_peer(e)), None)
+    if lost is not None:
+        cause = f"{type(lost).__name__}: {str(lost).splitlines()[0]}"
+        if run.writer:
+            run.store.log(f"hcjax run: lost another process ({cause})")
+        processes.leave(f"it lost another process ({cause})")
 
 
 def _print_result(result: api.StudyResult, store: StudyDir) -> None:

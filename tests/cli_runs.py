@@ -16,23 +16,23 @@ ROOT = Path(__file__).resolve().parent.parent
 WALK = "walk=tests.tiny_env:make_walk"
 
 
-def hcjax(args, devices: int | None = None, **kw) -> subprocess.Popen:
+def hcjax(args, devices: int | None = None, environ: dict | None = None, **kw) -> subprocess.Popen:
     """Start `python -m experiments ARGS` (stdout and stderr together, as text), with one
     CPU device or `devices` forced ones, sharing the test session's persistent compilation cache
     (made by tests/conftest.py: the same small studies compile the same programs); `kw` goes to
-    Popen (e.g. start_new_session)."""
-    return python(["-m", "experiments", *args], devices, **kw)
+    Popen (e.g. start_new_session); `environ`: more environment variables."""
+    return python(["-m", "experiments", *args], devices, environ, **kw)
 
 
-def python(args, devices: int | None = None, **kw) -> subprocess.Popen:
+def python(args, devices: int | None = None, environ: dict | None = None, **kw) -> subprocess.Popen:
     """Start `python ARGS` (a script, or -m MODULE) in the repository as `hcjax` starts (see there).
     Every program goes into the persistent cache, however quick its compilation (minimum 0 s):
     a rerun or resume of the same small study then compiles nothing (measured on the 10-iteration
     CartPole study of test_study_cli, cached rerun: 9.3 CPU s with 0, 12.3 with 0.3; the first run
-    costs the same, 19 s)."""
+    costs the same, 19 s). `environ`: more environment variables."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_COMPILATION_CACHE_DIR=os.environ["HCJAX_TEST_JAX_CACHE"],
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **(environ or {}))
     env.pop("XLA_FLAGS", None)
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

@@ -18,7 +18,7 @@ import pytest
 import experiments
 from agents.ppo import PPOConfig
 from experiments import cli
-from experiments.study import checks
+from experiments.study import checks, processes
 from experiments.study.devices import MAX_SEED_ID
 from experiments.study.store import StudyDir
 
@@ -167,3 +167,25 @@ def test_the_memory_check_counts_the_evaluations_episodes_and_names_eval_episode
     one, four = (checks.evaluation_bytes(PPOConfig(**dict(TINY_PPO, eval_episodes=k)), plan.envs[0]) for k in (1, 4))
     assert four == 4 * one > 0
     assert checks.evaluation_bytes(PPOConfig(**dict(TINY_PPO, eval_steps=10)), plan.envs[0]) == one
+
+
+# ---- processes of a distributed run compare what they built (the processes: tests/test_distributed.py) ----
+
+def test_what_the_processes_compare_names_the_process_the_label_and_what_differs():
+    plan = experiments.Study(env_factories=[WALK], methods=["fixed", "random"], seeds=2, iterations=2).plan()
+    same = processes.identity(plan)
+    other = experiments.Study(env_factories=[WALK], methods=["fixed", "random"], seeds=3, iterations=2,
+                              tuner={"random": {"low_discrepancy": True}}).plan()
+    assert processes.differences([{"ok": True, "identity": same}] * 3) == []
+    moved = dict(same, envs={"w": "factory:tests.tiny_env:make_walk#000000000000"})
+    found = processes.differences([{"ok": True, "identity": x} for x in (same, same, moved, processes.identity(other))])
+    assert found[0] == (f"process 2 of 4: environment 'w' is factory:tests.tiny_env:make_walk#000000000000 there, "
+                        f"{plan.envs[0].make} on process 0")
+    assert found[1].startswith("process 3 of 4: seeds is 3 there, 2 on process 0") and len(found) == 2
+    options = experiments.Study(env_factories=[WALK], methods=["fixed", "random"], seeds=2, iterations=2,
+                                tuner={"random": {"low_discrepancy": True}}).plan()
+    (unit,) = processes.differences([{"ok": True, "identity": same},
+                                     {"ok": True, "identity": processes.identity(options)}])
+    assert unit.startswith("process 1 of 2: unit w / random has configuration key ") and "(its method or" in unit
+    refused = processes.differences([{"ok": True, "identity": same}, {"ok": False, "message": "seeds must be ..."}])
+    assert refused == ["process 1 of 2 refused the study: seeds must be ..."]

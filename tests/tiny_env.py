@@ -5,6 +5,9 @@ subprocess then neither imports gymnax (with seaborn, pandas, scipy at its impor
 ~2.7 CPU s) nor compiles CartPole's dynamics."""
 from __future__ import annotations
 
+import functools
+import os
+
 import jax
 import jax.numpy as jnp
 
@@ -14,26 +17,26 @@ EPISODE = 4  # steps an episode: at least one ends in every PPO iteration (batch
 GOAL = 3.0
 
 
-def _reset(key: jax.Array):
+def _reset(key: jax.Array, goal: float = GOAL):
     """-> (state (x (), t ()), obs (2,)): x uniform in [-1, 1], at step 0."""
     state = (jax.random.uniform(key, (), minval=-1.0, maxval=1.0), jnp.int32(0))
-    return state, _obs(state)
+    return state, _obs(state, goal)
 
 
-def _obs(state) -> jax.Array:
+def _obs(state, goal: float = GOAL) -> jax.Array:
     x, _ = state
-    return jnp.stack([x, GOAL - x])
+    return jnp.stack([x, goal - x])
 
 
-def _step(key: jax.Array, state, action: jax.Array):
+def _step(key: jax.Array, state, action: jax.Array, goal: float = GOAL):
     """Left (0) or right (1) by 0.5; reward: minus the distance to the goal; after EPISODE
     steps `done`, and the returned state and obs are the next episode's first."""
     x, t = state
     x, t = x + jnp.where(action == 1, 0.5, -0.5), t + 1
-    reward, done = -jnp.abs(GOAL - x), t >= EPISODE
-    fresh, _ = _reset(key)
+    reward, done = -jnp.abs(goal - x), t >= EPISODE
+    fresh, _ = _reset(key, goal)
     state = jax.tree.map(lambda new, old: jnp.where(done, new, old), fresh, (x, t))
-    return state, _obs(state), reward, done
+    return state, _obs(state, goal), reward, done
 
 
 def make_walk() -> JaxEnv:
@@ -41,3 +44,12 @@ def make_walk() -> JaxEnv:
     2 discrete actions, EPISODE steps an episode."""
     return JaxEnv(name="walk", obs_size=2, action_size=2, discrete=True, reset=_reset, step=_step,
                   max_episode_steps=EPISODE)
+
+
+def make_walk_to_goal() -> JaxEnv:
+    """The walker towards the goal the environment variable WALK_GOAL gives (default GOAL): one
+    factory that builds another environment where that variable differs (a factory reading a
+    machine's configuration, as the processes of a distributed run may)."""
+    goal = float(os.environ.get("WALK_GOAL", GOAL))
+    return JaxEnv(name="walk", obs_size=2, action_size=2, discrete=True, reset=functools.partial(_reset, goal=goal),
+                  step=functools.partial(_step, goal=goal), max_episode_steps=EPISODE)

@@ -32,12 +32,12 @@ from agents.envs.table import BY_NAME as BACKENDS
 from experiments.reporting import frames as dataframes
 from experiments.reporting import plots, tables
 from experiments.reporting.views import ran_as
-from experiments.study import build, engine, estimate, own_envs, presets, studyfile
+from experiments.study import build, engine, estimate, own_envs, presets, processes, studyfile
 from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
 from experiments.study.plan import Plan, Preset, unit_keys
-from experiments.study.store import StudyDir
+from experiments.study.store import StudyBusy, StudyDir
 
 PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
 
@@ -181,26 +181,39 @@ class Study:
              log: Callable[[str], None] | None = None) -> Iterator[StudyRun]:
         """Check everything and take the study directory (default runs/<name>): its lock,
         manifest and finished units. Entering raises ValueError (or store.StudyBusy) on a
-        mistake, before any work; the StudyRun it yields does the work (`execute`)."""
+        mistake, before any work; the StudyRun it yields does the work (`execute`). Under
+        jax.distributed every process's checks end with `processes.agree`: a process that
+        failed them, or one given another study, stops all of them (processes.Disagreement)."""
+        writer = jax.process_index() == 0
+        with contextlib.ExitStack() as stack:
+            try:
+                run = self._take(stack, out, resume, progress, tensorboard, memory_limit_gib, log, writer)
+            except (ValueError, StudyBusy) as e:
+                processes.refuse(e)  # the other processes stop with this message
+                raise
+            processes.agree(run.plan)
+            yield run
+
+    def _take(self, stack: contextlib.ExitStack, out, resume: bool, progress: bool, tensorboard: bool,
+              memory_limit_gib: float, log, writer: bool) -> StudyRun:
+        """`open`'s checks and the directory taken (its lock entered on `stack`) -> the StudyRun."""
         plan = self.check(memory_limit_gib)
         if tensorboard and not live_scalars.available():
             raise ValueError('--tensorboard needs tensorboardX, which is not installed: '
                              'pip install "hcjax[tensorboard]"')
         store = StudyDir(out if out is not None else Path("runs") / plan.preset.name)
-        writer = jax.process_index() == 0
-        with contextlib.ExitStack() as stack:
-            if writer:
-                stack.enter_context(store.lock())  # checks first that the directory can be written
-            run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log)
-            if writer and not resume and (store.read_manifest() is not None or store.units()):
-                raise ValueError(f"{store.path} already holds a study; resume=True continues it, or choose "
-                                 f"another directory")
-            if writer:
-                own_envs.check_unchanged(plan.envs, _old_env_choices(store))
-                run.keys, run.finished = engine.prepare(plan, store, run.log)
-            else:
-                run.keys, run.finished = unit_keys(plan), None
-            yield run
+        if writer:
+            stack.enter_context(store.lock())  # checks first that the directory can be written
+        run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log)
+        if writer and not resume and (store.read_manifest() is not None or store.units()):
+            raise ValueError(f"{store.path} already holds a study; resume=True continues it, or choose "
+                             f"another directory")
+        if writer:
+            own_envs.check_unchanged(plan.envs, _old_env_choices(store))
+            run.keys, run.finished = engine.prepare(plan, store, run.log)
+        else:
+            run.keys, run.finished = unit_keys(plan), None
+        return run
 
     def run(self, out: str | Path | None = None, *, resume: bool = True, progress: bool = True,
             plot: bool = True, tensorboard: bool = False, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
