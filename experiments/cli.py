@@ -15,8 +15,6 @@ import traceback
 import warnings
 from pathlib import Path
 
-import jax
-
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots
@@ -269,22 +267,6 @@ def cmd_presets(args) -> int:
     return 0
 
 
-def start_distributed(args) -> None:
-    """jax.distributed.initialize with the given coordinator, process count and id (all
-    three, or none: then from the cluster's environment). On the CPU, collectives go
-    through gloo (set before the backend starts)."""
-    given = [args.coordinator, args.num_processes, args.process_id]
-    if any(v is not None for v in given) and not all(v is not None for v in given):
-        raise UsageError("--distributed takes --coordinator, --num-processes and --process-id together, or none")
-    if args.num_processes is not None and not (args.num_processes >= 1 and 0 <= args.process_id < args.num_processes):
-        raise UsageError(f"--process-id must be in [0, --num-processes), got {args.process_id} of {args.num_processes}")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if args.coordinator is None:
-        jax.distributed.initialize()
-    else:
-        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
-
-
 def _in_config(args, error: ValueError) -> str:
     """The message of a configuration error, naming the study file it came from."""
     text = str(error)
@@ -306,7 +288,10 @@ def study_of(args) -> api.Study:
 
 def cmd_run(args) -> int:
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
-        start_distributed(args)
+        try:
+            processes.start(args.coordinator, args.num_processes, args.process_id)
+        except ValueError as e:
+            raise UsageError(e) from None
         return run_distributed(args)
     if args.coordinator or args.num_processes is not None or args.process_id is not None:
         raise UsageError("--coordinator, --num-processes and --process-id need --distributed")
@@ -356,30 +341,19 @@ def _run_locked(args, run: api.StudyRun) -> int:
     except (KeyboardInterrupt, Terminated) as e:
         return 130 if isinstance(e, KeyboardInterrupt) else 128 + e.signum
     except api.StudyFailed as e:
-        _leave_if_lost(run, [f.error for f in e.failures])
+        processes.leave_if_lost([f.error for f in e.failures], run.store.log if run.writer else None)
         if run.writer:
             _print_result(e.result, run.store)
             for f in e.failures:
                 _report_failure(f.error, run.store.log_path)
         return 1
     except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
-        _leave_if_lost(run, [e])
+        processes.leave_if_lost([e], run.store.log if run.writer else None)
         _report_failure(e, run.store.log_path if run.writer else None)
         return 1
     if run.writer:  # only process 0 writes and reports
         _print_result(result, run.store)
     return 0
-
-
-def _leave_if_lost(run: api.StudyRun, errors: list[BaseException]) -> None:
-    """Under --distributed, an error that says another process went away (not our failure):
-    logged, then this process stops at once (`processes.leave`, exit 1)."""
-    lost = next((e for e in errors if jax.process_count() > 1 and processes.lost_peer(e)), None)
-    if lost is not None:
-        cause = f"{type(lost).__name__}: {str(lost).splitlines()[0]}"
-        if run.writer:
-            run.store.log(f"hcjax run: lost another process ({cause})")
-        processes.leave(f"it lost another process ({cause})")
 
 
 def _print_result(result: api.StudyResult, store: StudyDir) -> None:

@@ -1,6 +1,7 @@
 """The processes of one distributed run (`jax.distributed`, `hcjax run --distributed`): they
 agree on the study before any work, and when one stops the others stop too, with a message.
 
+    start(coordinator, n, id)    jax.distributed.initialize (gloo collectives on the CPU)
     agree(plan)                  every process's environment identities, study key and unit keys,
                                  compared before any work (`Disagreement` naming the process, the
                                  label and what differs, or the peer's own refusal)
@@ -10,6 +11,7 @@ agree on the study before any work, and when one stops the others stop too, with
                                  watches the others; one silent for LOST_SECONDS, one that says it
                                  stopped, or the service gone (process 0 stopped) ends this one
     leave(reason, status)        tell the others this process stops, print why, exit at once
+    leave_if_lost(errors, log)   leave when an error says another process went away
 
 Every process writes its identity (or its refusal) under `hcjax/round<r>/<process>` and reads
 everyone's: each study opened is one round, the same on every process. All processes compare
@@ -32,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 from jax._src import distributed  # the coordination service's key-value store (no public API in jax 0.11)
@@ -54,6 +56,22 @@ class Disagreement(ValueError):
 
 _state = {"round": 0}
 _watching: list[threading.Event] = []  # the running watchdog's stop event (at most one)
+
+
+def start(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> None:
+    """jax.distributed.initialize with the given coordinator ("host:port"), process count and
+    id (all three, or none: then from the cluster's environment, e.g. SLURM); ValueError naming
+    the options otherwise. On the CPU, collectives go through gloo (set before the backend starts)."""
+    given = [coordinator, num_processes, process_id]
+    if any(v is not None for v in given) and not all(v is not None for v in given):
+        raise ValueError("--distributed takes --coordinator, --num-processes and --process-id together, or none")
+    if num_processes is not None and not (num_processes >= 1 and 0 <= process_id < num_processes):
+        raise ValueError(f"--process-id must be in [0, --num-processes), got {process_id} of {num_processes}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if coordinator is None:
+        jax.distributed.initialize()
+    else:
+        jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
 
 
 def _client():
@@ -153,6 +171,17 @@ def lost_peer(error: BaseException) -> bool:
     """Whether `error` says that another process (or the coordination service) went away."""
     text = str(error)
     return any(words in text for words in LOST_PEER_WORDS)
+
+
+def leave_if_lost(errors: list[BaseException], log: Callable[[str], None] | None = None) -> None:
+    """With several processes, when one of `errors` says another process went away (not our
+    failure): `log` it (process 0: its run.log), then `leave` (exit 1). Nothing otherwise."""
+    lost = next((e for e in errors if _many() and lost_peer(e)), None)
+    if lost is not None:
+        cause = f"{type(lost).__name__}: {str(lost).splitlines()[0]}"
+        if log is not None:
+            log(f"hcjax run: lost another process ({cause})")
+        leave(f"it lost another process ({cause})")
 
 
 def leave(reason: str, status: int = 1) -> None:
