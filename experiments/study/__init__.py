@@ -2,6 +2,7 @@
 
 api.py          the Python API: Study, StudyResult, StudyFailed (`hcjax run` is a thin layer over it)
 own_envs.py     your own environments (objects, importable factories) as study environments
+identity.py     what an object holds, as a digest: the content part of an own environment's fingerprint
 estimate.py     the frames and duration of a study, printed before the work
 methods.py      the one table of methods (registry name, label, colour, options)
 plan.py         a unit's identity and options (JAX-free): unit_config, config_key, study_key
@@ -16,6 +17,7 @@ loops.py        the JAX and host unit loops
 population.py   population methods over a unit's agents
 replay.py       tuning time by a replay of the tuner on the host CPU
 engine.py       prepare a study directory, run every unit group
+processes.py    the processes of a distributed run: they agree before any work and stop together
 store.py        the study directory: lock, manifest, unit files, checkpoints
 progress.py     progress bars on a terminal, plain lines otherwise
 """
