@@ -58,6 +58,7 @@ def test_equal_contents_give_equal_digests_and_any_difference_another():
     assert digest(np.arange(4.0)) == digest(np.arange(4.0)) != digest(np.arange(4.0) + [0, 0, 0, 1e-7])
     assert digest(np.arange(4.0)) != digest(np.arange(4.0, dtype=np.float32))  # the dtype counts
     assert digest(jnp.arange(3)) == digest(np.arange(3, dtype=np.int32))  # a JAX array by its values
+    assert describe(np.dtype("f4")).opaque == () and digest(np.dtype("f4")) != digest(np.dtype("f8"))  # in spaces
     assert digest({1.0, 2.0}) == digest({2.0, 1.0}) and digest(0.1) != digest(float(np.nextafter(0.1, 1.0)))
 
 

@@ -89,6 +89,8 @@ class _Walk:
             return f"module:{x.__name__}"
         if isinstance(x, type):
             return f"class:{_name(x)}"
+        if isinstance(x, np.dtype):
+            return f"dtype:{x.str}" if x.fields is None else f"dtype:{x.descr}"
         if isinstance(x, enum.Enum):
             return f"enum:{_name(type(x))}.{x.name}"
         if id(x) in ancestors:
