@@ -18,6 +18,11 @@ def grouped(units: list[UnitResult]) -> tuple[list[str], list[str], dict]:
     return envs, methods, {(u.meta["env"], u.meta["method"]): u for u in units}
 
 
+ALL = "all environments"  # the scope of a figure over every environment (claims, verdict)
+# The names of a study with test seeds: the default, the sweep, a poor default's prefix, a replayed
+# schedule's prefix, a test-phase unit's suffix (`<method>@test`).
+DEFAULT, SWEEP, POOR, REPLAY, TEST = "fixed", "sweep", "fixed:", "replay_", "@test"
+
 BACKENDS = {"brax": "Brax", "gymnax": "gymnax", "gymnasium": "Gymnasium"}
 
 
@@ -69,6 +74,54 @@ def final_eval(unit: UnitResult) -> np.ndarray:
     return unit.eval_reward[:, -1]
 
 
+def number_text(x: float) -> str:
+    """A score as it is, without rounding or exponent: 0 -> '0', 9.5 -> '9.5', -200 -> '-200'."""
+    return np.format_float_positional(float(x), trim="-")
+
+
+def measured_nothing(unit: UnitResult) -> str | None:
+    """The one judge of a unit whose evaluations measured nothing: every finite evaluation
+    reward sum of the (S, E) eval_reward, every seed and every evaluation, is the same number
+    (at least two of them), e.g. a sparse reward that no evaluation episode reached. Returns
+    what to say ('every evaluation scored 0: the evaluation measured nothing'; with the count
+    of NaN ones when some seeds have none), None when the evaluations differ or there are
+    fewer than two finite ones (no evaluation, or only NaN: not this flag's business)."""
+    x = np.asarray(unit.eval_reward, np.float64).ravel()
+    ok = np.isfinite(x)
+    if ok.sum() < 2 or np.any(x[ok] != x[ok][0]):
+        return None
+    score = number_text(x[ok][0])
+    if ok.all():
+        return f"every evaluation scored {score}: the evaluation measured nothing"
+    return (f"every evaluation with a score scored {score} ({int((~ok).sum())} of {x.size} had none): "
+            f"the evaluation measured nothing")
+
+
+def incumbent(unit: UnitResult) -> int:
+    """The sweep's incumbent: the index of the configuration with the best mean final
+    evaluation over its rows (its k tuning seeds). A NaN or infinite score counts as -inf
+    (a configuration with a diverged seed is not chosen while another has none); ties go to
+    the lowest index. Reads meta['sweep']: 'configurations' ((N, h) values) and
+    'configuration' ((N*k,) the configuration of each row); ValueError naming a field that
+    is missing or does not match the unit's rows."""
+    sweep = unit.meta.get("sweep") or {}
+    if "configurations" not in sweep or "configuration" not in sweep:
+        raise ValueError(f"incumbent: {unit.meta.get('env')}/{unit.meta.get('method')} has no "
+                         f"meta['sweep'] with 'configurations' and 'configuration': not a sweep unit")
+    n = len(sweep["configurations"])
+    rows = np.asarray(sweep["configuration"], np.int64)
+    score = final_eval(unit)
+    if rows.shape != score.shape or n == 0 or rows.min() < 0 or rows.max() >= n:
+        raise ValueError(f"incumbent: meta['sweep']['configuration'] must give each of the unit's {score.size} rows "
+                         f"a configuration in [0, {n}), got {rows.tolist()}")
+    score = np.where(np.isfinite(score), score, -np.inf)
+    total = np.bincount(rows, weights=np.where(np.isinf(score), 0.0, score), minlength=n)
+    count = np.bincount(rows, minlength=n)
+    bad = np.bincount(rows, weights=np.isinf(score).astype(np.float64), minlength=n) > 0
+    mean = np.where(bad | (count == 0), -np.inf, total / np.maximum(count, 1))
+    return int(np.argmax(mean))
+
+
 def final_train(unit: UnitResult) -> np.ndarray:
     """(S,) the training reward at the final iteration."""
     return unit.train_reward[:, -1]
@@ -84,6 +137,8 @@ BASELINE = "hypercontroller"
 
 
 def study_scores(units) -> dict[str, dict[str, np.ndarray]]:
-    """method -> env -> (S,) final evaluation reward sums, methods in table order."""
+    """method -> env -> (S,) final evaluation reward sums, methods in table order. A unit whose
+    evaluations measured nothing (`measured_nothing`) is left out: it is compared with nothing."""
     envs, methods, by = grouped(units)
-    return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by} for m in methods}
+    return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by and not measured_nothing(by[(env, m)])}
+            for m in methods}
