@@ -236,6 +236,14 @@ def test_sentences_say_better_worse_not_separated_and_not_measured():
                            "the evaluation measured nothing).")
 
 
+def test_a_study_without_a_sweep_or_a_default_compares_what_it_has():
+    units = shifted(fixed=0.0, hypercontroller=5.0)
+    rows = V.verdict(units, reps=REPS).rows
+    assert {r["comparison"] for r in rows} == {verdict_text.BEATS_DEFAULT}  # no sweep: no share, no cost
+    alone = V.verdict(shifted(hypercontroller=5.0), reps=REPS)
+    assert alone.rows == [] and alone.sentences == {} and "Nothing to compare on these seeds" in alone.markdown
+
+
 def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_path):
     units = U.study(0)
     for u in units:

@@ -259,6 +259,8 @@ def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict
     """Per online method: the frames and seconds of one of its runs over those of the whole
     sweep (all N x k rows of the tuning unit `sweep`), per environment and summed over them."""
     by = {(u.meta["env"], u.meta["method"]): u for u in units}
+    if not any(method == SWEEP for _, method in by):
+        return []  # nothing to weigh a run against
     methods = [m for m in roles(units, phase) if is_online(m)]
     name = (lambda m: m + TEST) if phase == "test" else (lambda m: m)
     rows = []

@@ -115,7 +115,9 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
             by.setdefault(r["method"], {})[r["comparison"]] = r
     out = {}
     for method, mine in by.items():
-        first = next(r for r in mine.values() if r["kind"] != "cost")
+        first = next((r for r in mine.values() if r["kind"] != "cost"), None)
+        if first is None:
+            continue
         parts = []
         if BEATS_DEFAULT in mine:
             parts.append(_against(mine[BEATS_DEFAULT], "the default"))
@@ -144,7 +146,8 @@ def phase_tables(rows: list[dict], phase: str) -> str:
     per comparison."""
     mine = [r for r in rows if r["phase"] == phase]
     if not mine:
-        return "No units of this phase.\n"
+        return ("Nothing to compare on these seeds: "
+                "the verdict needs the default (fixed) or a sweep beside the methods.\n\n")
     comparisons = sorted(dict.fromkeys(r["comparison"] for r in mine), key=column)
     methods = list(dict.fromkeys(r["method"] for r in mine))
     by = {(r["env"], r["method"], r["comparison"]): r for r in mine}
