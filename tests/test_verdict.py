@@ -296,6 +296,8 @@ def test_hcjax_plot_writes_the_verdict_and_the_flags(tmp_path):
     assert paths["verdict"].read_text() == V.verdict(units, reps=50).markdown
     assert json.loads(paths["verdict_json"].read_text())["sentences"]["hypercontroller"].startswith("HC on 6 test")
     assert "![verdict_figure](figures/verdict.png)" in report and paths["verdict_figure"].stat().st_size > 0
+    alone = plots.figure_verdict(V.verdict(shifted(hypercontroller=5.0), reps=20), tmp_path / "figures" / "alone.png")
+    assert alone.stat().st_size > 0  # nothing to compare: a figure that says so
 
 
 # ---- the command ---------------------------------------------------------------------------

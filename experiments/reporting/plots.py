@@ -266,8 +266,8 @@ def figure_verdict(judged: Verdict, path) -> Path:
     without a number says why (not measured, undefined) in its row."""
     plt = _matplotlib()
     rows = [r for r in judged.rows if r["phase"] == "test" and r["env"] == ALL and r["kind"] != "cost"]
-    comparisons = sorted(dict.fromkeys(r["comparison"] for r in rows), key=column)
-    most = max(sum(r["comparison"] == c for r in rows) for c in comparisons)
+    comparisons = sorted(dict.fromkeys(r["comparison"] for r in rows), key=column) or ["nothing to compare"]
+    most = max(sum(r["comparison"] == c for r in rows) for c in comparisons) or 1
     ncols = min(3, len(comparisons))
     nrows = -(-len(comparisons) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, (0.4 * most + 1.2) * nrows + 0.4), squeeze=False)
@@ -275,6 +275,10 @@ def figure_verdict(judged: Verdict, path) -> Path:
         ax.remove()
     for ax, comparison in zip(axes.ravel(), comparisons):
         mine = [r for r in rows if r["comparison"] == comparison]
+        if not mine:  # no default and no sweep beside the methods
+            ax.text(0.5, 0.5, "nothing to compare:\nno default (fixed), no sweep", ha="center", va="center")
+            ax.set_axis_off()
+            continue
         share = mine[0]["kind"] == "share"
         ends = [x for r in mine for x in (r["low"], r["high"]) if np.isfinite(x)]
         low, high = max(-2.0, min([0.0] + ends)), min(3.0, max([1.0] + ends))
