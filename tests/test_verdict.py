@@ -1,7 +1,8 @@
 """The verdict (experiments.reporting.verdict) on fabricated units (tests/verdict_units.py): its
 intervals against a slow bootstrap (Python loops over replicates, the same per-stratum
-generators), the sweep's incumbent against a slow reference, the flag of evaluations that
-measured nothing, its sentences, and `hcjax verdict`'s exit status without test seeds."""
+generators; the incumbent's tuning rows chosen by a slow reference), the flag of evaluations
+that measured nothing, its sentences, and `hcjax verdict`'s exit status without test seeds.
+(`protocol.incumbent` itself: tests/test_protocol.py.)"""
 import json
 import math
 
@@ -13,48 +14,11 @@ from experiments import cli
 from experiments.reporting import claims, plots, tables, verdict_text
 from experiments.reporting import stats as ST
 from experiments.reporting import verdict as V
-from experiments.reporting.views import ALL, final_eval, incumbent, measured_nothing, study_scores
+from experiments.reporting.views import ALL, final_eval, measured_nothing, study_scores
 from experiments.study.store import StudyDir
 from tests import verdict_units as U
 
 REPS = 120
-
-
-# ---- the sweep's incumbent -----------------------------------------------------------------
-
-def slow_incumbent(scores, configuration, n) -> int:
-    """The configuration with the best mean score over its rows, by loops: a non-finite score
-    makes its configuration's mean -inf; the first of equal means wins."""
-    best, best_mean = 0, -math.inf
-    for i in range(n):
-        rows = [float(s) for s, c in zip(scores, configuration) if c == i]
-        mean = -math.inf if not rows or not all(math.isfinite(s) for s in rows) else sum(rows) / len(rows)
-        if mean > best_mean:
-            best, best_mean = i, mean
-    return best
-
-
-@pytest.mark.parametrize("trial", range(30))
-def test_incumbent_equals_a_slow_reference(trial):
-    rng = np.random.default_rng(trial)
-    n, k = int(rng.integers(1, 7)), int(rng.integers(1, 4))
-    scores = rng.integers(-3, 4, n * k).astype(np.float64)  # small integers: equal means happen
-    scores[rng.random(n * k) < 0.15] = np.nan
-    configuration = rng.permutation(np.repeat(np.arange(n), k))  # rows in any order
-    sweep = {"configurations": [[i] for i in range(n)], "seeds": k, "configuration": configuration.tolist()}
-    unit = U.unit("A", "sweep", scores, seeds=list(range(n * k)), sweep=sweep)
-    assert incumbent(unit) == slow_incumbent(final_eval(unit), configuration, n)
-
-
-def test_incumbent_by_hand_and_its_checks():
-    # configuration means 1, 3, 3, and 10 with a NaN seed: the lowest index of the best finite mean
-    unit = U.sweep("A", np.array([0.0, 2.0, 3.0, 3.0, 2.0, 4.0, 20.0, np.nan]), k=2)
-    assert incumbent(unit) == 1
-    unit.meta["sweep"]["configuration"] = [0, 1]
-    with pytest.raises(ValueError, match="configuration"):
-        incumbent(unit)
-    with pytest.raises(ValueError, match="not a sweep unit"):
-        incumbent(U.unit("A", "fixed", [1.0, 2.0]))
 
 
 # ---- the flag: evaluations that measured nothing -------------------------------------------
@@ -78,6 +42,18 @@ def test_measured_nothing_fires_where_it_should(evals, expected):
 
 
 # ---- the intervals against a slow bootstrap ------------------------------------------------
+
+def slow_incumbent(scores, configuration, n) -> int:
+    """The configuration with the best mean score over its rows, by loops: a non-finite score
+    makes its configuration's mean -inf; the first of equal means wins."""
+    best, best_mean = 0, -math.inf
+    for i in range(n):
+        rows = [float(s) for s, c in zip(scores, configuration) if c == i]
+        mean = -math.inf if not rows or not all(math.isfinite(s) for s in rows) else sum(rows) / len(rows)
+        if mean > best_mean:
+            best, best_mean = i, mean
+    return best
+
 
 def draws(n, seed, env, name):
     """(REPS, n) seed indices of one stratum, from its generator (stats._rng), one replicate at a time."""
@@ -259,7 +235,7 @@ def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_pat
     assert "left out A" in rows[(ALL, "hypercontroller", verdict_text.BEATS_DEFAULT)]["note"]
     assert rows[("A", "random", verdict_text.BEATS_DEFAULT)]["status"] == "not measured"
     assert "| HC | not measured |" in result.markdown and words in result.markdown
-    assert f"- A / hypercontroller@test: {words}\n" in tables.summary(units)
+    assert f"- A / HC@test: {words}\n" in tables.summary(units)
     scores = study_scores(units)
     assert "A" not in scores["hypercontroller@test"] and "A" in scores["random@test"]  # compared with nothing
     flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
@@ -269,8 +245,17 @@ def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_pat
                         "frames": (100, 100), "mean_frames": 100.0, "device": "cpu"}}
     page = claims.study_section(study, tmp_path)
     assert "#### The verdict on the test seeds" in page and words in page
-    cells = next(line for line in page.splitlines() if line.startswith("| hypercontroller@test |")).split(" | ")
+    cells = next(line for line in page.splitlines() if line.startswith("| HC@test |")).split(" | ")
     assert cells[2] == "not measured" and cells[3] != "not measured"  # P(HC > it) in A, B
+
+
+def test_the_claims_page_says_not_measured_where_a_method_measured_nothing_everywhere():
+    units = [U.unit("A", "hypercontroller", [1.0, 2.0, 3.0]), U.unit("A", "random", [0.0, 0.0, 0.0]),
+             U.unit("A", "fixed", [0.5, 1.5, 2.5])]
+    units[1].eval_reward[:] = 0.0
+    flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
+    table = claims.claims_table(claims.claim_rows(units, 20), flags=flags)
+    assert "| R | not measured | not measured |" in table and "| Fixed | 0." in table
 
 
 def test_the_table_has_one_row_per_comparison():

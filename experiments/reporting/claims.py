@@ -24,6 +24,7 @@ import numpy as np
 
 from experiments.reporting import stats as ST
 from experiments.reporting.tables import markdown_table, measurement_notes, one_run_warning, probability_text
+from experiments.reporting.verdict import has_test_seeds
 from experiments.reporting.verdict import verdict as verdict_of
 from experiments.reporting.views import ALL, BASELINE, env_names, grouped, measured_nothing, study_scores
 from experiments.study.methods import label
@@ -117,10 +118,9 @@ def study_claims(path: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) ->
     if not units:
         raise ValueError(f"claims: no units in {path}")
     flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
-    tested = any(u.meta.get("phase") == "test" for u in units)
     return {"path": Path(path), "name": Path(path).name, "units": units, "env_names": env_names(units),
             "single_seed": ST.single_seed_strata(study_scores(units)), "flags": flags,
-            "verdict": verdict_of(units, reps, seed) if tested else None,
+            "verdict": verdict_of(units, reps, seed) if has_test_seeds(units) else None,
             "budget": budget(units, read_manifest(path)), "rows": claim_rows(units, reps, seed)}
 
 
@@ -144,8 +144,15 @@ def claims_table(rows: list[dict], names: dict[str, str] | None = None, flags: d
     columns = list(dict.fromkeys(r["env"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     by = {(r["env"], r["method"]): r for r in rows}
-    body = [[label(m)] + [_cell(by.get((c, m)), (c, m) in flags or (c, BASELINE) in flags) for c in columns]
-            for m in methods]
+    flagged = {m for _, m in flags}
+
+    def unmeasured(c, m):  # the method or HC measured nothing there (over all: no environment left to compare)
+        if c == ALL:
+            row = by.get((c, m))
+            return bool({m, BASELINE} & flagged) and (row is None or not np.isfinite(row["p"]))
+        return (c, m) in flags or (c, BASELINE) in flags
+
+    body = [[label(m)] + [_cell(by.get((c, m)), unmeasured(c, m)) for c in columns] for m in methods]
     head = [f"P({label(BASELINE)} > X)"] + ["all (aggregate)" if c == ALL else names.get(c, c) for c in columns]
     return markdown_table(head, body)
 

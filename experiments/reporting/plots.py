@@ -37,12 +37,11 @@ import numpy as np
 
 from experiments.reporting import stats as ST
 from experiments.reporting import tables
-from experiments.reporting.verdict import Verdict, verdict
+from experiments.reporting.verdict import Verdict, has_test_seeds, verdict
 from experiments.reporting.verdict_text import column, method_label
 from experiments.reporting.views import (
     ALL,
     BASELINE,
-    REPLAY,
     cumulative_minutes,
     env_names,
     final_eval,
@@ -53,6 +52,7 @@ from experiments.reporting.views import (
 )
 from experiments.study.files import safe_name
 from experiments.study.methods import color, label
+from experiments.study.protocol import REPLAY
 from experiments.study.store import (
     StudyDir,
     UnitResult,
@@ -289,7 +289,8 @@ def figure_verdict(judged: Verdict, path) -> Path:
                        [r["estimate"] for r in mine], cis, xlim)
         for y, r in zip(np.arange(len(mine))[::-1], mine):
             if not np.isfinite(r["estimate"]):
-                ax.text(sum(xlim) / 2, y, r["status"], ha="center", va="center", fontsize=8)
+                ax.text(sum(xlim) / 2, y, r["status"], ha="center", va="center", fontsize=8,
+                        bbox=dict(facecolor="white", edgecolor="none"))
         for x in (0.0, 1.0) if share else (0.5,):
             ax.axvline(x, color="k", ls="--", lw=1)
         if share:
@@ -397,7 +398,7 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
         raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
     summary = ST.summarise(study_scores(units), baseline=BASELINE, reps=reps, seed=seed)
     summary["env_names"] = env_names(units)  # what each environment ran as, for the tables
-    judged = verdict(units, reps, seed) if any(u.meta.get("phase") == "test" for u in units) else None
+    judged = verdict(units, reps, seed) if has_test_seeds(units) else None
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
     if judged is not None:
         paths["verdict_figure"] = figure_verdict(judged, out / "figures" / "verdict.png")

@@ -7,14 +7,14 @@
 
 The units of a study with test seeds (experiments.study): tuning-phase units named by their
 method (`hypercontroller`, ..., `fixed` = the study's default, `fixed:<name>` = a poor default,
-`sweep` = N static configurations x k tuning seeds), test-phase units (meta['phase'] = 'test')
+`sweep` = N static configurations x k tuning seeds), test-phase units (`protocol.kind`)
 `<method>@test` (fresh runs of an online method; re-runs of `fixed`, `fixed:<name>` and of the
 sweep's incumbent), and `replay_<method>@test` (a method's tuning-seed schedules replayed on
 the test seeds). A run's score is its final evaluation (`views.final_eval`).
 
 Every figure is computed twice: on the test seeds (the claims) and on the tuning seeds (beside
 them, optimistic: the sweep chose its incumbent on those seeds; there the incumbent's runs are
-the sweep's rows of its configuration, `views.incumbent`). Per environment and over all
+the sweep's rows of its configuration, `protocol.incumbent`). Per environment and over all
 environments, for every online method M, with D = the default, I = the sweep's incumbent, P =
 a poor default:
 
@@ -64,23 +64,15 @@ from experiments.reporting.verdict_text import (
     SECONDS,
     SHARE,
 )
-from experiments.reporting.views import (
-    ALL,
-    DEFAULT,
-    POOR,
-    REPLAY,
-    SWEEP,
-    TEST,
-    final_eval,
-    incumbent,
-    measured_nothing,
-)
+from experiments.reporting.views import ALL, final_eval, measured_nothing
 from experiments.study.files import atomic_write_text, check_writable_dir
 from experiments.study.methods import ALL_METHODS
+from experiments.study.protocol import POOR, REPLAY, SWEEP, TEST, TEST_PHASE, TUNING_PHASE, incumbent, kind
 from experiments.study.store import UnitResult, load_units
 from hcjax.extras import require
 
-PHASES = ("test", "tuning")
+DEFAULT = "fixed"  # the study's default configuration
+PHASES = (TEST_PHASE, TUNING_PHASE)
 
 
 class NoTestSeeds(ValueError):
@@ -111,13 +103,15 @@ def roles(units: list[UnitResult], phase: str) -> Roles:
     tuning seeds the role 'sweep' holds only the incumbent configuration's rows."""
     out: dict[str, dict[str, Stratum]] = {}
     for u in units:
-        if u.meta.get("phase", "tuning") != phase:
+        k = kind(u.meta["method"])
+        if k.phase != phase:
             continue
-        role, scores = u.meta["method"].removesuffix(TEST), final_eval(u)
-        if phase == "tuning" and role == SWEEP:
-            scores = scores[np.asarray(u.meta["sweep"]["configuration"]) == incumbent(u)]
+        role, scores = (REPLAY if k.replay else "") + k.base, final_eval(u)
+        if phase == TUNING_PHASE and role == SWEEP:
+            rows = np.asarray(u.meta["sweep"]["configuration"])
+            scores = scores[rows == incumbent(scores, rows)]
         out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores, measured_nothing(u))
-    order = {m: i for i, m in enumerate(ALL_METHODS + (SWEEP,))}
+    order = {m: i for i, m in enumerate(ALL_METHODS)}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0].removeprefix(REPLAY), len(order)),
                                                     kv[0].startswith(REPLAY), kv[0])))
 
@@ -211,7 +205,8 @@ def share(m: dict, low: dict, high: dict, normalised: dict, envs: list[str], rep
 
 
 def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
-    """(method, comparison, kind, roles compared) of one phase, in the table's order."""
+    """(method, comparison, statistic ('probability' | 'share'), roles compared) of one phase, in
+    the table's order."""
     out = []
     poor = [p for p in r if p.startswith(POOR)]
     for m in [m for m in r if is_online(m)]:
@@ -243,11 +238,11 @@ def phase_rows(units: list[UnitResult], phase: str, reps: int, seed: int, confid
                 measured.setdefault(s.name, {})[env] = s.scores
     normalised = ST.normalise(measured)  # per environment min-max over the runs this phase compares
     rows = []
-    for method, comparison, kind, compared in comparisons(r):
+    for method, comparison, statistic, compared in comparisons(r):
         sides = [r[c] for c in compared]
         for scope in [ALL] + envs:
             within = envs if scope == ALL else [scope]
-            if kind == "probability":
+            if statistic == "probability":
                 row = probability(*sides, within, reps, seed, confidence)
             else:
                 row = share(*sides, normalised, within, reps, seed, confidence)
@@ -262,7 +257,7 @@ def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict
     if not any(method == SWEEP for _, method in by):
         return []  # nothing to weigh a run against
     methods = [m for m in roles(units, phase) if is_online(m)]
-    name = (lambda m: m + TEST) if phase == "test" else (lambda m: m)
+    name = (lambda m: m + TEST) if phase == TEST_PHASE else (lambda m: m)
     rows = []
     for m in methods:
         for comparison, cost in ((FRAMES, _frames), (SECONDS, _seconds)):
@@ -329,10 +324,15 @@ class Verdict:
 COLUMNS = ("phase", "env", "method", "comparison", "estimate", "low", "high", "seeds", "status", "envs", "note")
 
 
+def has_test_seeds(units: list[UnitResult]) -> bool:
+    """Whether a study ran units on test seeds (`protocol.kind`): then it has a verdict."""
+    return any(kind(u.meta["method"]).phase == TEST_PHASE for u in units)
+
+
 def sweep_size(units: list[UnitResult]) -> dict:
-    """{'configurations': N, 'seeds': k} of the study's sweep (its first tuning unit), {} without one."""
+    """{'configurations': N, 'seeds': k} of the study's sweep (its tuning unit), {} without one."""
     for u in units:
-        if u.meta["method"] == SWEEP and u.meta.get("phase", "tuning") == "tuning":
+        if u.meta["method"] == SWEEP:
             return {"configurations": len(u.meta["sweep"]["configurations"]), "seeds": int(u.meta["sweep"]["seeds"])}
     return {}
 
@@ -347,7 +347,7 @@ def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, s
             raise ValueError(f"the JSON file {json_path} is a folder; give the name of a file")
         check_writable_dir(Path(json_path).resolve().parent, "the JSON file's folder")
     units = load_units(source) if isinstance(source, (str, os.PathLike)) else list(source)
-    if not any(u.meta.get("phase") == "test" for u in units):
+    if not has_test_seeds(units):
         raise NoTestSeeds("this study has no test seeds: run it with test_seeds (a count or a list of seed ids, "
                           "disjoint from the tuning seeds) to get a verdict on seeds the tuning never saw")
     rows = [row for phase in PHASES for row in phase_rows(units, phase, reps, seed, confidence)]

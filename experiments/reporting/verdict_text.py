@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.reporting.tables import markdown_table, probability_text
-from experiments.reporting.views import ALL, POOR, REPLAY, SWEEP
+from experiments.reporting.views import ALL
 from experiments.study.methods import label
+from experiments.study.protocol import POOR, REPLAY, SWEEP
 
 # The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name.
 BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)", "P(> fresh runs)"
@@ -74,13 +75,14 @@ def _against(row: dict, what: str) -> str:
     return f"{WORDS[row['status']]} {what}, {probability_text(row['estimate'], (row['low'], row['high']))}"
 
 
-def _gain(row: dict, sweep: dict, cost: str) -> str:
-    """The share of the sweep's gain in words, with the cost."""
+def _gain(row: dict, sweep: dict, costs: dict) -> str:
+    """The share of the sweep's gain in words, with the cost (`costs`: the method's cost rows)."""
     n = sweep.get("configurations")
     of = f"a {n}-configuration sweep's gain" if n else "the sweep's gain"
+    cost, of_sweep = _cost(costs), _cost(costs, whose="the sweep's")
     if row["status"] == "undefined":
         return "the sweep's incumbent does not beat the default, so there is no gain to recover" + (
-            f" (one run costs {cost} of the sweep)" if cost else "")
+            f" (one run costs {of_sweep})" if cost else "")
     if row["status"] in ("not measured", "no shared environment"):
         return f"its share of the sweep's gain is {row['status']}"
     number = share_text(row).replace("[unbounded]", "(interval unbounded: the sweep's gain over the default is "
@@ -96,10 +98,12 @@ def _recovery(row: dict, poor: str) -> str:
     return f"recovers {share_text(row)} of the gap from the poor default {poor} to the default"
 
 
-def _cost(rows: dict) -> str:
-    """'1/96 of its frames and 1/80 of its seconds' from the method's cost rows (ALL)."""
-    parts = [f"{fraction(rows[c]['estimate'])} of its {word}" for c, word in ((FRAMES, "frames"), (SECONDS, "seconds"))
-             if c in rows and np.isfinite(rows[c]["estimate"])]
+def _cost(rows: dict, whose: str = "its") -> str:
+    """'1/96 of its frames and 1/80 of its seconds' from the method's cost rows (ALL); `whose`
+    names the sweep in the first part."""
+    parts = [f"{fraction(rows[c]['estimate'])} of {'its' if i else whose} {word}"
+             for i, (c, word) in enumerate((c, w) for c, w in ((FRAMES, "frames"), (SECONDS, "seconds"))
+                                           if c in rows and np.isfinite(rows[c]["estimate"]))]
     return " and ".join(parts)
 
 
@@ -126,7 +130,7 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
         if BEATS_FRESH in mine:
             parts.append(_against(mine[BEATS_FRESH], f"fresh runs of {label(method.removeprefix(REPLAY))}"))
         if SHARE in mine:
-            parts.append(_gain(mine[SHARE], sweep, _cost(mine)))
+            parts.append(_gain(mine[SHARE], sweep, mine))
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
         seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \

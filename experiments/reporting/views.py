@@ -19,9 +19,6 @@ def grouped(units: list[UnitResult]) -> tuple[list[str], list[str], dict]:
 
 
 ALL = "all environments"  # the scope of a figure over every environment (claims, verdict)
-# The names of a study with test seeds: the default, the sweep, a poor default's prefix, a replayed
-# schedule's prefix, a test-phase unit's suffix (`<method>@test`).
-DEFAULT, SWEEP, POOR, REPLAY, TEST = "fixed", "sweep", "fixed:", "replay_", "@test"
 
 BACKENDS = {"brax": "Brax", "gymnax": "gymnax", "gymnasium": "Gymnasium"}
 
@@ -95,31 +92,6 @@ def measured_nothing(unit: UnitResult) -> str | None:
         return f"every evaluation scored {score}: the evaluation measured nothing"
     return (f"every evaluation with a score scored {score} ({int((~ok).sum())} of {x.size} had none): "
             f"the evaluation measured nothing")
-
-
-def incumbent(unit: UnitResult) -> int:
-    """The sweep's incumbent: the index of the configuration with the best mean final
-    evaluation over its rows (its k tuning seeds). A NaN or infinite score counts as -inf
-    (a configuration with a diverged seed is not chosen while another has none); ties go to
-    the lowest index. Reads meta['sweep']: 'configurations' ((N, h) values) and
-    'configuration' ((N*k,) the configuration of each row); ValueError naming a field that
-    is missing or does not match the unit's rows."""
-    sweep = unit.meta.get("sweep") or {}
-    if "configurations" not in sweep or "configuration" not in sweep:
-        raise ValueError(f"incumbent: {unit.meta.get('env')}/{unit.meta.get('method')} has no "
-                         f"meta['sweep'] with 'configurations' and 'configuration': not a sweep unit")
-    n = len(sweep["configurations"])
-    rows = np.asarray(sweep["configuration"], np.int64)
-    score = final_eval(unit)
-    if rows.shape != score.shape or n == 0 or rows.min() < 0 or rows.max() >= n:
-        raise ValueError(f"incumbent: meta['sweep']['configuration'] must give each of the unit's {score.size} rows "
-                         f"a configuration in [0, {n}), got {rows.tolist()}")
-    score = np.where(np.isfinite(score), score, -np.inf)
-    total = np.bincount(rows, weights=np.where(np.isinf(score), 0.0, score), minlength=n)
-    count = np.bincount(rows, minlength=n)
-    bad = np.bincount(rows, weights=np.isinf(score).astype(np.float64), minlength=n) > 0
-    mean = np.where(bad | (count == 0), -np.inf, total / np.maximum(count, 1))
-    return int(np.argmax(mean))
 
 
 def final_train(unit: UnitResult) -> np.ndarray:
