@@ -10,9 +10,9 @@ import jax.numpy as jnp
 
 from agents.envs.kinds import JaxEnv
 
-MULTI_DISCRETE = ("an environment that takes several discrete choices at once (multi-discrete) needs them as one "
-                  "discrete action: give its JaxEnv action_size n1 * n2 * ... and decode the action in its step "
-                  "(a1, a2 = divmod(action, n2); jnp.unravel_index(action, (n1, n2, ...)) for more), its mask "
+MULTI_DISCRETE = ("PPO gives one discrete action: give its JaxEnv action_size n1 * n2 * ... and decode the "
+                  "action in its step (a1, a2 = divmod(action, n2); jnp.unravel_index(action, (n1, n2, ...)) "
+                  "for more), its mask "
                   "flattened the same way (docs/environment-libraries.md)")
 FLATTEN = "flatten it in its reset and step with agents.envs.flatten_observation(obs)"
 
@@ -52,10 +52,10 @@ def check_traced(env: JaxEnv) -> None:
     try:
         out = jax.eval_shape(env.step, key, state, form)
     except Exception as err:  # noqa: BLE001
+        hint = f". If it takes several discrete choices at once (a multi-discrete action), {MULTI_DISCRETE}"
         raise ValueError(f"{where}: step(key, state, action) failed when traced with the action PPO gives "
                          f"({form.dtype}{list(form.shape)}: {'an index of action_size' if env.discrete else 'a vector'}"
-                         f"): {type(err).__name__}: {err}" + (f". If {MULTI_DISCRETE}" if env.discrete else "")) \
-            from None
+                         f"): {type(err).__name__}: {err}" + (hint if env.discrete else "")) from None
     if not isinstance(out, tuple) or len(out) != 4:
         raise ValueError(f"{where}: step must return (state, obs, reward, done), got {_describe(out)}")
     new_state, new_obs, reward, done = out

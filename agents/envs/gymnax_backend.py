@@ -62,7 +62,7 @@ def gymnax_like(obj) -> bool:
     if is_instance(obj, *ENVIRONMENT):
         return True
     return not isinstance(obj, type) and all(callable(getattr(obj, m, None)) for m in INTERFACE) and \
-        hasattr(type(obj), "default_params")
+        hasattr(obj, "default_params")
 
 
 def _accepts(obj) -> bool:
