@@ -179,11 +179,12 @@ def make(env, **opts) -> JaxEnv | HostEnv:
     return _checked(built) if isinstance(built, JaxEnv) else built
 
 
-def not_an_environment(obj, where: str = "envs.make") -> ValueError:
-    """The ValueError for an object no backend takes: what is accepted, and the JaxEnv route
-    for any other library, with the page that shows a worked adapter."""
+def not_an_environment(obj, where: str = "envs.make", returned: bool = False) -> ValueError:
+    """The ValueError for an object no backend takes (returned: one a factory returned): what is
+    accepted, and the JaxEnv route for any other library, with the page that shows a worked adapter."""
     described = ", ".join(b.described for b in TABLE if b.described)
-    return ValueError(f"{where}: {type(obj).__name__} is not an environment this package knows; give a registry "
+    head = f"the factory returned {type(obj).__name__}, not" if returned else f"{type(obj).__name__} is not"
+    return ValueError(f"{where}: {head} an environment this package knows; give a registry "
                       f"name, {described}, or a JaxEnv / HostEnv. Any other library's environment runs through a "
                       f"hand-written agents.envs.JaxEnv (reset(key) -> (state, obs), step(key, state, action) -> "
                       f"(state, obs, reward, done), auto-resetting): docs/environment-libraries.md shows one")

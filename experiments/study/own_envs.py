@@ -114,7 +114,7 @@ def build_object(obj, where: str):
     known = _is_gymnasium(made) or isinstance(made, (agent_envs.JaxEnv, agent_envs.HostEnv)) or any(
         b.accepts(made) for b in agent_envs.TABLE if not b.host)
     if not known:
-        raise agent_envs.not_an_environment(made, f"{where}: the factory returned")
+        raise agent_envs.not_an_environment(made, where, returned=True)
     try:
         if _is_gymnasium(made):
             _close(made)
