@@ -159,3 +159,16 @@ def missing(backend: Backend, name: str) -> ValueError | None:
     missing or too old (naming the extra that installs it), else None."""
     message = problem(backend)
     return None if message is None else ValueError(f"envs.make({name!r}): {message}")
+
+
+def with_fields(params, fields: dict, name: str, library: str):
+    """`params` (a dataclass of environment parameters) with `fields` replaced; ValueError
+    naming the unknown ones and the allowed options of `library`'s environments."""
+    if not fields:
+        return params
+    allowed = [f.name for f in dataclasses.fields(params)] if dataclasses.is_dataclass(params) else []
+    bad = sorted(set(fields) - set(allowed))
+    if bad:
+        raise ValueError(f"envs.make({name!r}): unknown option(s) {bad}; a {library} env takes params=, env_kwargs= "
+                         f"(registry names) and the fields of its {type(params).__name__}: {allowed}")
+    return dataclasses.replace(params, **fields)

@@ -19,8 +19,6 @@ resets after `done` cannot be seen from its interface: a study checks it by runn
 """
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +34,7 @@ from agents.envs.backend import (
     problem,
     require,
     unsupported,
+    with_fields,
 )
 from agents.envs.kinds import JAX_BACKENDS, JaxEnv
 
@@ -132,13 +131,7 @@ def from_gymnax_like(env, params, name: str, **fields) -> JaxEnv:
     require(BACKEND)
     if params is None:
         params = env.default_params
-    if fields:
-        allowed = [f.name for f in dataclasses.fields(params)] if dataclasses.is_dataclass(params) else []
-        bad = sorted(set(fields) - set(allowed))
-        if bad:
-            raise ValueError(f"envs.make({name!r}): unknown option(s) {bad}; a gymnax env takes params=, env_kwargs= "
-                             f"(registry names) and the fields of its {type(params).__name__}: {allowed}")
-        params = dataclasses.replace(params, **fields)
+    params = with_fields(params, fields, name, "gymnax")
     discrete, n, low, high, a_shape, obs_space = _spaces(env, params, name)
     obs, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0), params)
     if obs_space is not None and isinstance(obs, jax.ShapeDtypeStruct):

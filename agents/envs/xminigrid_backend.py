@@ -14,8 +14,6 @@ Options: `params=` (replacing the defaults) and any field of its EnvParams as a 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
@@ -27,6 +25,7 @@ from agents.envs.backend import (
     is_instance,
     observation_size,
     require,
+    with_fields,
 )
 from agents.envs.kinds import JaxEnv
 
@@ -60,13 +59,7 @@ def _from_object(obj, **opts) -> JaxEnv:
 
 
 def _jax_env(env, params, name: str, **fields) -> JaxEnv:
-    if fields:
-        allowed = [f.name for f in dataclasses.fields(params)] if dataclasses.is_dataclass(params) else []
-        bad = sorted(set(fields) - set(allowed))
-        if bad:
-            raise ValueError(f"envs.make({name!r}): unknown option(s) {bad}; an xminigrid env takes params=, "
-                             f"env_kwargs= (names) and the fields of its {type(params).__name__}: {allowed}")
-        params = params.replace(**fields)
+    params = with_fields(params, fields, name, "xminigrid")
     first = jax.eval_shape(env.reset, params, jax.random.PRNGKey(0))
 
     def reset(key):
