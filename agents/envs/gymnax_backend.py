@@ -112,6 +112,8 @@ def _spaces(env, params, name: str):
         obs_space = env.observation_space(params)
     except NotImplementedError:
         obs_space = None  # then only the traced reset tells the observation shape
+    if _discrete(obs_space):  # an index, not a vector of features: one-hot it in an adapter
+        raise unsupported(name, "observation", obs_space, "gymnax Box (any shape), Dict or Tuple of them (flattened)")
     return action + (obs_space if _box(obs_space) else None,)  # a Dict or Tuple space: flattened as it comes
 
 
