@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import signal
 import sys
 import threading
@@ -116,7 +117,9 @@ def parser() -> argparse.ArgumentParser:
                      help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space; "
                           "commas give a categorical's options")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
-                                               "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
+                                               "(optionally prefixed gymnax/, brax/, gymnasium/), of the optional "
+                                               "libraries by prefix (craftax/, jumanji/, navix/, xminigrid/, "
+                                               "pgx/), or the paper's")
     run.add_argument("--env-factory", nargs="+", metavar="[LABEL=]MODULE:FUNCTION",
                      help="your own environments: importable zero-argument factories, imported and CALLED "
                           "(this runs your code, like Hydra's _target_); never read from --envs")
@@ -164,6 +167,9 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("--seeds", type=int, nargs="+", required=True,
                        help="seed ids of the new agents; seed j replays the unit's seed row j mod its seed count")
     again.add_argument("--out", required=True, help="study directory the replayed unit is saved in")
+    again.add_argument("--env-factory", metavar="MODULE:FUNCTION",
+                       help="for a unit of your own environment: the factory that makes it (imported and CALLED); "
+                            "default the factory the unit recorded")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
@@ -305,6 +311,7 @@ def study_of(args) -> api.Study:
 
 def cmd_run(args) -> int:
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
+    factories_from_here()
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
         start_distributed(args)
     elif args.coordinator or args.num_processes is not None or args.process_id is not None:
@@ -424,10 +431,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def factories_from_here() -> None:
+    """Let factory references import modules of the current folder, as `python -m experiments`
+    does (there the folder comes first on sys.path; here it comes last: an installed package
+    keeps its name)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+
+
 def cmd_replay(args) -> int:
+    factories_from_here()
     try:
         check_writable_dir(args.out, "--out")
-        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out)
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory)
     except (ValueError, StudyBusy) as e:
         raise UsageError(e) from None
     path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])
