@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import math
+import os
 import time
 
 import jax
@@ -25,6 +26,7 @@ from experiments.study import build, estimate
 from experiments.study.store import StudyDir, load_unit
 from tests import tiny_env
 from tests.cli_runs import WALK, finish, hcjax, tiny_study
+from tests.test_readme import CRAFTAX_BY_NAME, JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
 
 TINY_PPO = dict(num_envs=2, hidden_sizes=[8], update_epochs=1, num_minibatches=2, batch_size=8, eval_steps=8)
 SPACE = [dict(name="learning_rate", low=1e-4, high=1e-2, scale="log")]
@@ -54,28 +56,40 @@ def check_ran(result, label: str, lib: str) -> None:
     assert unit.frames.sum() == 2 * 8 and np.all(np.isfinite(unit.eval_reward))
 
 
+def run_page_block(marker: str, directory) -> dict:
+    """docs/environment-libraries.md's python block holding `marker`, run as written in `directory`
+    (its study writes under runs/ there); its namespace."""
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        return run_block(marker)
+    finally:
+        os.chdir(cwd)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["jumanji/Snake-v1", "navix/Navix-Empty-5x5-v0", "xminigrid/MiniGrid-Empty-5x5",
                                   "pgx/2048"])
 def test_a_tiny_study_of_each_library_by_name(name, tmp_path):
+    """jumanji's study is the page's block, as written; the others the same study by name."""
     lib = name.split("/")[0]
     library(lib)
-    result, lines = tiny([name], tmp_path / "study")
+    if lib == "jumanji":
+        result, lines = run_page_block(JUMANJI_BY_NAME, tmp_path)["result"], None
+    else:
+        result, lines = tiny([name], tmp_path / "study")
     check_ran(result, name, lib)
-    assert any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
+    assert lines is None or any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
 
 
 @pytest.fixture(scope="module")
 def craftax_study(tmp_path_factory):
-    """Craftax-Classic-Symbolic by name and as craftax's own object, in one study (craftax
-    compiles for tens of seconds: one fixture)."""
+    """Craftax-Classic-Symbolic by name and as craftax's own object, in one study: the page's
+    block, as written (craftax compiles for tens of seconds: one fixture)."""
     library("craftax")
-    from craftax.craftax_classic.envs.craftax_symbolic_env import CraftaxClassicSymbolicEnv
-
-    name = "craftax/Craftax-Classic-Symbolic-v1"
     t0 = time.perf_counter()
-    result, lines = tiny({name: name, "classic-object": CraftaxClassicSymbolicEnv()}, tmp_path_factory.mktemp("c"))
-    return result, lines, time.perf_counter() - t0
+    result = run_page_block(CRAFTAX_BY_NAME, tmp_path_factory.mktemp("c"))["result"]
+    return result, None, time.perf_counter() - t0
 
 
 @pytest.mark.slow
@@ -183,6 +197,17 @@ def test_adapter_mistakes_are_refused_before_any_work(factory, words, tmp_path, 
     assert not (tmp_path / "out" / "units").exists()
 
 
+@pytest.mark.slow
+def test_the_pages_hand_written_adapter_is_made_traced_and_probed(tmp_path):
+    """docs/environment-libraries.md's adapter (a multi-discrete action flattened, a mask, our
+    auto-reset), as written: `Study.check` builds, traces and probes it; its mask forbids moving
+    left at the left wall."""
+    namespace = run_page_block(LEVERS_ADAPTER, tmp_path)
+    assert [e.label for e in namespace["plan"].envs] == ["levers"]
+    state = {"position": jnp.int32(0), "lever": jnp.int32(0), "t": jnp.int32(0)}
+    assert namespace["legal"](state).tolist() == [False, False, True, True]
+
+
 def test_the_estimate_charges_a_probed_environment(monkeypatch):
     plan = experiments.Study(envs={"walk": tiny_env.make_walk()}, methods=["fixed"], seeds=2, iterations=10,
                              eval_every=5, space=SPACE, ppo=TINY_PPO).plan()
@@ -191,12 +216,12 @@ def test_the_estimate_charges_a_probed_environment(monkeypatch):
     costs = {}
     for compile_s, step_s in ((0.0, 0.0), (100.0, 0.0), (0.0, 0.01)):
         monkeypatch.setattr(build, "probe", lambda plan, env: envs.Probe("walk", 4, 7, compile_s, step_s, 1, 0, 1))
-        costs[compile_s, step_s] = estimate.group_seconds(plan, env, 1, speed=2.0)[1]
+        costs[compile_s, step_s] = estimate.group_seconds(plan, env, ["fixed"], speed=2.0)[1]
     assert math.isclose(costs[100.0, 0.0] - costs[0.0, 0.0], 2 * 100.0 / 2.0)  # two programs, at contention 2
     steps = 8 // 2  # a rollout of batch_size / num_envs steps of all 4 copies
     evaluations = 8 * (1 / 2) * 3  # eval_steps x (2 agents x 1 episode, of the 4 copies) x 3 evaluations
     assert math.isclose(costs[0.0, 0.01] - costs[0.0, 0.0], 0.01 / 2.0 * (10 * steps + evaluations))
-    frames, _ = estimate.group_seconds(plan, env, 1, speed=2.0, done=6)  # resumed at iteration 6
+    frames, _ = estimate.group_seconds(plan, env, ["fixed"], speed=2.0, done=6)  # resumed at iteration 6
     assert frames == 2 * 4 * 8
 
 
