@@ -226,7 +226,9 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x "
+        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s)" if p.poor_defaults else "",
+                            f", every one again on {len(plan.test_ids)} test seed(s)" if plan.test_ids else ""])
+        self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s){protocol} x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
