@@ -1,4 +1,4 @@
-"""The `hcjax` command (also `python -m experiments`): run, plot, export, replay, bench, presets, info.
+"""The `hcjax` command (also `python -m experiments`): run, plot, verdict, export, replay, bench, presets, info.
 
 Its usage is argparse's help (`hcjax --help`, `hcjax run --help`, ...): `parser()` below
 is the one place it is written, exit statuses included (EXIT_STATUS).
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import signal
 import sys
 import threading
@@ -17,10 +18,11 @@ from pathlib import Path
 
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots
+from experiments.reporting import export, plots, verdict
 from experiments.study import api, interrupts, presets, processes, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
+from experiments.study.spacetext import parse_hyperparameter
 from experiments.study.store import StudyBusy, StudyDir
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
@@ -117,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
                      help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space; "
                           "commas give a categorical's options")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
-                                               "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
+                                               "(optionally prefixed gymnax/, brax/, gymnasium/), of the optional "
+                                               "libraries by prefix (craftax/, jumanji/, navix/, xminigrid/, "
+                                               "pgx/), or the paper's")
     run.add_argument("--env-factory", nargs="+", metavar="[LABEL=]MODULE:FUNCTION",
                      help="your own environments: importable zero-argument factories, imported and CALLED "
                           "(this runs your code, like Hydra's _target_); never read from --envs")
@@ -144,6 +148,10 @@ def parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="write the figures and tables of a study directory")
     plot.add_argument("dir")
 
+    judge = sub.add_parser("verdict", help="does tuning help? a study's verdict on its test seeds (Markdown)")
+    judge.add_argument("dir")
+    judge.add_argument("--json", metavar="FILE", help="also write every number, sentence and flag to FILE (JSON)")
+
     bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
     bench.add_argument("--out", default="bench_out", help="report directory (default bench_out/)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats (each script's --quick)")
@@ -163,75 +171,14 @@ def parser() -> argparse.ArgumentParser:
                        help="seed ids of the new agents (distinct, in [0, 2**31 - 1]: stored as int32); seed j "
                             "replays the unit's seed row j mod its seed count")
     again.add_argument("--out", required=True, help="study directory the replayed unit is saved in")
+    again.add_argument("--env-factory", metavar="MODULE:FUNCTION",
+                       help="for a unit of your own environment: the factory that makes it (imported and CALLED); "
+                            "default the factory the unit recorded")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
     sub.add_parser("info", help="print the versions of hcjax and its dependencies, and the devices")
     return ap
-
-
-def parse_option(text: str) -> int | float | str:
-    """One option of a `--space` categorical: an int or float when it parses as one, else the string."""
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
-
-
-def check_flags_once(text: str, flags: list[str], form: str) -> None:
-    """ValueError naming a `--space` flag given twice (e.g. `:default=1:default=2`)."""
-    keys = [f.partition("=")[0] for f in flags]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
-        raise ValueError(f"--space {text!r}: {', '.join(twice)} given twice; give each flag once ({form})")
-
-
-def parse_choice(text: str, name: str, parts: list[str]) -> dict:
-    """`--space` entry NAME=A,B,C[:default=V] (parts: "A,B,C" and the flags) -> a
-    categorical entry {name, options[, default]} (options parsed by `parse_option`)."""
-    form = "NAME=A,B,C[:default=V]"
-    options = [parse_option(o) for o in parts[0].split(",")]
-    if any(o == "" for o in options):
-        raise ValueError(f"--space {text!r}: an option is empty ({form})")
-    entry = {"name": name, "options": options}
-    check_flags_once(text, parts[1:], form)
-    for flag in parts[1:]:
-        if not flag.startswith("default="):
-            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; a categorical allows only default=V ({form})")
-        entry["default"] = parse_option(flag[len("default="):])
-    return entry
-
-
-def parse_hyperparameter(text: str) -> dict:
-    """`--space` entry NAME=LOW:HIGH[:log][:int][:default=V], or NAME=A,B,C[:default=V]
-    for a categorical (a comma means options) -> Hyperparameter fields."""
-    form = "NAME=LOW:HIGH[:log][:int][:default=V] or NAME=A,B,C[:default=V]"
-    name, eq, rest = text.partition("=")
-    parts = rest.split(":")
-    if eq and name and "," in parts[0]:
-        return parse_choice(text, name, parts)
-    if not eq or not name or len(parts) < 2:
-        raise ValueError(f"--space {text!r}: expected {form}")
-    try:
-        entry = {"name": name, "low": float(parts[0]), "high": float(parts[1])}
-    except ValueError:
-        raise ValueError(f"--space {text!r}: LOW and HIGH must be numbers ({form})") from None
-    check_flags_once(text, parts[2:], form)
-    for flag in parts[2:]:
-        if flag == "log":
-            entry["scale"] = "log"
-        elif flag == "int":
-            entry["integer"] = True
-        elif flag.startswith("default="):
-            try:
-                entry["default"] = float(flag[len("default="):])
-            except ValueError:
-                raise ValueError(f"--space {text!r}: default must be a number") from None
-        else:
-            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; allowed: log, int, default=V ({form})")
-    return entry
 
 
 def describe_presets() -> str:
@@ -287,6 +234,7 @@ def study_of(args) -> api.Study:
 
 
 def cmd_run(args) -> int:
+    factories_from_here()
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
         try:
             processes.start(args.coordinator, args.num_processes, args.process_id)
@@ -407,6 +355,16 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_verdict(args) -> int:
+    _, units = finished_units(args)
+    try:  # no test seeds, or a --json FILE that cannot be written: before any work
+        result = verdict.verdict(units, json_path=args.json)
+    except ValueError as e:
+        raise UsageError(e) from None
+    print(result.markdown, end="")
+    return 0
+
+
 def cmd_export(args) -> int:
     store, units = finished_units(args)
     out = Path(args.out) if args.out else store.path / "export"
@@ -425,10 +383,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def factories_from_here() -> None:
+    """Let factory references import modules of the current folder, as `python -m experiments`
+    does (there the folder comes first on sys.path; here it comes last: an installed package
+    keeps its name)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+
+
 def cmd_replay(args) -> int:
+    factories_from_here()
     try:
         check_writable_dir(args.out, "--out")
-        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out)
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory)
     except (ValueError, StudyBusy) as e:
         raise UsageError(e) from None
     path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])
@@ -450,8 +417,8 @@ def cmd_info(args) -> int:
     return deps.info()
 
 
-COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "replay": cmd_replay, "bench": cmd_bench,
-            "info": cmd_info, "presets": cmd_presets}
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "verdict": cmd_verdict, "export": cmd_export, "replay": cmd_replay,
+            "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

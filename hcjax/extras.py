@@ -8,6 +8,7 @@ table against it):
     agents     PPO (agents/): flax, optax, chex, gymnax
     brax       Brax environments: brax, mujoco, mujoco-mjx
     gymnasium  gymnasium environments (box2d, MuJoCo)
+    craftax, jumanji, navix, xminigrid, pgx   one JAX environment library each (Python 3.12+)
     studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard, pandas
     export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
@@ -21,12 +22,15 @@ import at module level):
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 
 # {import name: the extra that installs it}: the extra a missing package is named by.
 PROVIDED_BY = {
     "flax": "agents", "optax": "agents", "chex": "agents", "gymnax": "agents",
     "brax": "brax", "mujoco": "brax",
     "gymnasium": "gymnasium",
+    "craftax": "craftax", "jumanji": "jumanji", "navix": "navix", "xminigrid": "xminigrid", "pgx": "pgx",
     "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "tensorboardX": "studies",
     "tensorboard": "studies", "pandas": "studies",
     "pyarrow": "export",
@@ -66,9 +70,21 @@ def require(what: str, *modules: str, extra: str | None = None) -> None:
             raise (missing_extra(err, what, extra) or err) from err
 
 
+def installed(module: str) -> bool:
+    """Whether top-level package `module` can be imported, without importing it (a module set
+    to None in sys.modules, as a test blocks one, counts as missing)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
+
+
 def require_studies() -> None:
-    """Import the packages of the studies extra that experiments' study engine, reports,
-    benchmarks and command import at module level (STUDIES_IMPORTS); ImportError naming
-    hcjax[studies] if one is missing. Each of those packages calls it first."""
-    require("hcjax's studies (experiments: the study engine, reports, benchmarks and the hcjax command)",
-            *STUDIES_IMPORTS, extra="studies")
+    """ImportError naming hcjax[studies] when a package of the studies extra that experiments'
+    study engine, reports, benchmarks and command import at module level (STUDIES_IMPORTS) is
+    missing; found without importing them (reading a study must not import the agents stack).
+    Each of those packages calls it first."""
+    missing = [m for m in STUDIES_IMPORTS if not installed(m)]
+    if missing:
+        raise ModuleNotFoundError(f"hcjax's studies (experiments: the study engine, reports, benchmarks and the hcjax "
+                                  f"command) need the 'studies' extra ({', '.join(missing)} not installed): "
+                                  f"{install_hint('studies')}", name=missing[0])

@@ -87,7 +87,12 @@ def test_presets_are_sized_as_documented():
     assert p.ppo["hidden_sizes"] == (256, 256, 256) and p.ppo["update_epochs"] == 10
     assert set(p.methods) == set(presets.METHODS)
     assert all(e.path == "gymnasium" for e in paper.envs)
-    for plan in (smoke, cpu, paper):  # every unit's PPOConfig and tuner builds (nothing compiled)
+    verdict = presets.resolve("verdict")
+    v = verdict.preset
+    assert (v.seeds, len(verdict.test_ids), tuple(v.tuner["sweep"].values())) == (10, 10, (32, 3, 0))
+    assert set(v.methods) == set(presets.PAPER_METHODS) | {"fixed", "sweep"} and len(v.poor_defaults) == 2
+    assert [e.path for e in verdict.envs] == ["gymnax"] * 4 and v.fuse_methods
+    for plan in (smoke, cpu, paper, verdict):  # every unit's PPOConfig and tuner builds (nothing compiled)
         check(plan)
 
 
@@ -249,8 +254,10 @@ def test_the_speed_guard_fails_below_its_bound_in_any_row(monkeypatch, tmp_path)
 
 
 def test_the_methods_table_covers_exactly_the_registries():
-    """One row per registered tuner and population method, flagged as which it is."""
-    assert {m.name for m in methods.TABLE} == set(available()) | set(populations())
+    """One row per registered tuner and population method, flagged as which it is, and the
+    study's own methods (the sweep), which no registry holds."""
+    assert {m.name for m in methods.TABLE if not m.study} == set(available()) | set(populations())
+    assert methods.STUDY_METHODS == ("sweep",) and not set(methods.STUDY_METHODS) & set(available())
     assert {m.name for m in methods.TABLE if m.population} == set(populations())
     assert len(methods.TABLE) == len(methods.BY_NAME)  # no name twice
     assert set(presets.METHODS) == set(available()) and methods.ALL_METHODS == presets.ALL_METHODS

@@ -131,8 +131,7 @@ def build_object(obj, where: str):
     if native:
         return agent_envs.make(obj), describe(obj)
     if not callable(obj):
-        raise ValueError(f"{where}: {type(obj).__name__} is not an environment; give a gymnax Environment, an "
-                         f"(Environment, params) pair, a Brax Env, a JaxEnv / HostEnv, or a zero-argument factory")
+        raise agent_envs.not_an_environment(obj, where)
     try:
         made = obj()
     except TypeError as e:
@@ -141,6 +140,10 @@ def build_object(obj, where: str):
         raise ValueError(f"{where}: calling the factory raised {type(e).__name__}: {e}") from None
     if isinstance(made, (str, agent_envs.EnvSpec)) or callable(made) and not _is_gymnasium(made):
         raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment")
+    known = _is_gymnasium(made) or isinstance(made, (agent_envs.JaxEnv, agent_envs.HostEnv)) or any(
+        b.accepts(made) for b in agent_envs.TABLE if not b.host)
+    if not known:
+        raise agent_envs.not_an_environment(made, where, returned=True)
     try:
         if _is_gymnasium(made):
             held = _made_by(made, obj)
@@ -148,7 +151,7 @@ def build_object(obj, where: str):
             return agent_envs.make(obj), held  # the host path builds num_envs copies from the factory
         return agent_envs.make(made), _made_by(made, obj)
     except ValueError as e:
-        raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment ({e})") from None
+        raise ValueError(f"{where}: the factory's {type(made).__name__} was refused: {e}") from None
 
 
 def _is_gymnasium(obj) -> bool:
@@ -201,7 +204,11 @@ def import_factory(reference: str):
         target = importlib.import_module(match["module"])
         for part in match["attr"].split("."):
             target = getattr(target, part)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - a missing module or name, or its code failing on import
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"env_factories: {reference!r} cannot be imported ({type(e).__name__}: {e}); its module "
+                         f"must be importable: installed, or in a folder on PYTHONPATH (PYTHONPATH=. for the "
+                         f"current folder; `hcjax run` and `hcjax replay` also look in the current folder)") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - its module's code failed (or exited) on import
         raise ValueError(f"env_factories: {reference!r} cannot be imported ({type(e).__name__}: {e})") from None
     if not callable(target):
         raise ValueError(f"env_factories: {reference!r} is {type(target).__name__}, not a callable factory")
