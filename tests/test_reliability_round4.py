@@ -189,3 +189,13 @@ def test_what_the_processes_compare_names_the_process_the_label_and_what_differs
     assert unit.startswith("process 1 of 2: unit w / random has configuration key ") and "(its method or" in unit
     refused = processes.differences([{"ok": True, "identity": same}, {"ok": False, "message": "seeds must be ..."}])
     assert refused == ["process 1 of 2 refused the study: seeds must be ..."]
+
+
+def test_a_preset_field_set_as_an_attribute_takes_effect_and_an_unknown_one_is_refused():
+    """`study.eval_every = 2` was a new attribute nobody read; a misspelt one likewise."""
+    study = experiments.Study(env_factories=[WALK], methods=["fixed"], seeds=1, iterations=4, eval_every=1)
+    assert study.plan().preset.eval_every == 1
+    study.eval_every = 2
+    assert study.eval_every == 2 and study.plan().preset.eval_every == 2
+    with pytest.raises(AttributeError, match=r"Study has no field 'evaluate_every'.*eval_every"):
+        study.evaluate_every = 3

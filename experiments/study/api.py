@@ -40,6 +40,8 @@ from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
 PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
+# a Study's own attributes (the others, Preset fields set on a Study, live in its `changes`)
+STUDY_ATTRIBUTES = ("preset", "envs", "methods", "seeds", "iterations", "space", "env_factories", "changes")
 
 
 class StudyFailed(RuntimeError):
@@ -105,6 +107,24 @@ class Study:
         self._planned_from: tuple | None = None  # `_inputs()` when _plan was made
         self._builds: dict = {}  # own environments' builds when _plan was made (`own_envs.builds`)
         self._checked: float | None = None
+
+    def __setattr__(self, name: str, value) -> None:
+        """The study's own attributes as they are; another Preset field (eval_every, ppo, name,
+        ...) goes into `changes` (so it takes effect at the next plan); anything else is refused."""
+        if name.startswith("_") or name in STUDY_ATTRIBUTES:
+            object.__setattr__(self, name, value)
+        elif name in PRESET_FIELDS:
+            self.changes[name] = dict(value) if name == "ppo" and value is not None else value
+        else:
+            raise AttributeError(f"Study has no field {name!r}; set one of {', '.join(STUDY_ATTRIBUTES)} or a "
+                                 f"study field: {', '.join(f for f in PRESET_FIELDS if f not in STUDY_ATTRIBUTES)}")
+
+    def __getattr__(self, name: str):
+        """A Preset field set through `changes` (only asked when no attribute has the name)."""
+        changes = self.__dict__.get("changes", {})
+        if name in PRESET_FIELDS and name in changes:
+            return changes[name]
+        raise AttributeError(f"Study has no attribute {name!r}")
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> Study:
