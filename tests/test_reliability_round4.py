@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,68 @@ def test_a_preset_field_set_as_an_attribute_takes_effect_and_an_unknown_one_is_r
     assert study.eval_every == 2 and study.plan().preset.eval_every == 2
     with pytest.raises(AttributeError, match=r"Study has no field 'evaluate_every'.*eval_every"):
         study.evaluate_every = 3
+
+
+class FakeService:
+    """The coordination service's key-value store as the watchdog uses it, in this process."""
+
+    def __init__(self):
+        self.store, self.down = {}, False
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE: Socket closed")
+        self.store[key] = value
+
+    def key_value_try_get(self, key):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE: Socket closed")
+        if key not in self.store:
+            raise RuntimeError(f"NOT_FOUND: Config key {key} not found.")
+        return self.store[key]
+
+
+class Left(Exception):
+    pass
+
+
+@pytest.mark.parametrize("peer, reason", [
+    ("silent", "process 1 of 2 has not answered for 0.3 s"), ("stopped", "process 1 of 2 stopped (its run failed)"),
+    ("finished", None), ("service gone", "the coordination service on process 0 cannot be reached")])
+def test_the_watchdog_stops_for_a_silent_or_stopped_peer_and_not_for_a_finished_one(peer, reason, monkeypatch):
+    """The protocol of `processes.watchdog` with a fake store (the processes themselves:
+    tests/test_distributed.py): a peer that finished (process 0 may plot long after) is no
+    longer watched."""
+    service, left = FakeService(), []
+    monkeypatch.setattr(processes, "_client", lambda: service)
+    monkeypatch.setattr(processes.jax, "process_index", lambda: 0)
+    monkeypatch.setattr(processes.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(processes, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(processes, "LOST_SECONDS", 0.3)
+
+    def leave(why, status=1):
+        left.append(why)
+        raise Left
+
+    monkeypatch.setattr(processes, "leave", leave)
+    service.store["hcjax/alive/1"] = "1"
+    if peer == "stopped":
+        service.store["hcjax/stopped/1"] = "its run failed"
+    if peer == "finished":
+        service.store["hcjax/finished/1"] = "1"
+    if peer == "service gone":
+        service.down = True
+    stop = threading.Event()
+    timer = threading.Timer(1.5, stop.set)
+    timer.start()
+    try:
+        processes._watch(stop)
+    except Left:
+        pass
+    finally:
+        timer.cancel()
+    if reason is None:
+        assert left == []
+    else:
+        assert len(left) == 1 and left[0].startswith(reason), left
+    assert int(service.store.get("hcjax/alive/0", "0")) >= (0 if peer == "service gone" else 1)  # it beat meanwhile

@@ -9,7 +9,9 @@ agree on the study before any work, and when one stops the others stop too, with
     with watchdog(): ...         `hcjax run --distributed`: each process marks itself alive in the
                                  coordination service's key-value store every POLL_SECONDS and
                                  watches the others; one silent for LOST_SECONDS, one that says it
-                                 stopped, or the service gone (process 0 stopped) ends this one
+                                 stopped, or the service gone (process 0 stopped) ends this one; a
+                                 process leaving the block says it finished (no longer watched:
+                                 process 0 may plot long after the others are done)
     leave(reason, status)        tell the others this process stops, print why, exit at once
     leave_if_lost(errors, log)   leave when an error says another process went away
 
@@ -201,28 +203,39 @@ def leave(reason: str, status: int = 1) -> None:
 
 
 def _watch(stop: threading.Event) -> None:
-    """The watchdog's loop (see `watchdog`)."""
+    """The watchdog's loop (see `watchdog`): beat, look at the others, `leave` with the reason."""
     client, me, n = _client(), jax.process_index(), jax.process_count()
     heard = {k: (None, time.monotonic()) for k in range(n) if k != me}
-    beat = 0
-    while not stop.wait(POLL_SECONDS):
+    beat, reason = 0, None
+    while reason is None and not stop.wait(POLL_SECONDS):
         try:
             beat += 1
             client.key_value_set(f"hcjax/alive/{me}", str(beat), allow_overwrite=True)
-            for k, (last, since) in heard.items():
-                notice = _try_get(client, f"hcjax/stopped/{k}")
-                if notice is not None:
-                    return leave(f"process {k} of {n} stopped ({notice})")
-                now = _try_get(client, f"hcjax/alive/{k}")
-                if now != last:
-                    heard[k] = (now, time.monotonic())
-                elif time.monotonic() - since > LOST_SECONDS:
-                    return leave(f"process {k} of {n} has not answered for {LOST_SECONDS:g} s (killed, or its "
-                                 f"machine lost)")
+            reason = _look(client, heard, n)
         except Exception as e:  # noqa: BLE001 - the coordination service is gone with process 0
             if stop.is_set():
                 return
-            return leave(f"the coordination service on process 0 cannot be reached ({str(e).splitlines()[0]})")
+            reason = f"the coordination service on process 0 cannot be reached ({str(e).splitlines()[0]})"
+    if reason is not None:
+        leave(reason)
+
+
+def _look(client, heard: dict, n: int) -> str | None:
+    """Why this process must stop, from the others' keys (None: they are alive, or finished);
+    `heard`: process -> (its last alive mark, since when), updated, finished ones dropped."""
+    for k, (last, since) in list(heard.items()):
+        notice = _try_get(client, f"hcjax/stopped/{k}")
+        if notice is not None:
+            return f"process {k} of {n} stopped ({notice})"
+        if _try_get(client, f"hcjax/finished/{k}") is not None:  # done with the work (or refused it)
+            del heard[k]
+            continue
+        now = _try_get(client, f"hcjax/alive/{k}")
+        if now != last:
+            heard[k] = (now, time.monotonic())
+        elif time.monotonic() - since > LOST_SECONDS:
+            return f"process {k} of {n} has not answered for {LOST_SECONDS:g} s (killed, or its machine lost)"
+    return None
 
 
 def _try_get(client, key: str) -> str | None:
@@ -247,7 +260,9 @@ def watchdog() -> Iterator[None]:
     thread.start()
     try:
         yield
-    finally:
+    finally:  # this process is done (or refused the study): the others stop watching it
         stop.set()
         _watching.remove(stop)
         thread.join(timeout=5 * POLL_SECONDS)
+        with contextlib.suppress(Exception):
+            _client().key_value_set(f"hcjax/finished/{jax.process_index()}", "1", allow_overwrite=True)
