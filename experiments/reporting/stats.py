@@ -2,6 +2,9 @@
 
 The methodology of Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"
 (the `rliable` package), for the final evaluation reward sums of a study.
+The primitives (IQM, the Mann-Whitney statistic, percentile intervals, each stratum's
+resampling) live in hcjax.stats, shared with the core's control-group report
+(hcjax.control), and are importable from here under the same names.
 
 Input. `scores`: method -> environment -> (S,) per-seed scores (S may differ between
 units; NaN or inf = a seed without a score, dropped). An (environment, method) pair that
