@@ -72,3 +72,15 @@ def mann_whitney(x: np.ndarray, y: np.ndarray) -> float:
     """P(X > Y) + 0.5 P(X = Y) over all pairs of the (n,) x and (m,) y."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     return float(np.mean((x[:, None] > y[None, :]) + 0.5 * (x[:, None] == y[None, :])))
+
+
+def mann_whitney_boot(x: np.ndarray, y: np.ndarray, reps: int, seed: int, env: str,
+                      names: tuple[str, str]) -> np.ndarray:
+    """(reps,): `mann_whitney` of x (n,) against y (m,) on each bootstrap replicate, the seeds
+    of x resampled as stratum (env, names[0]) and those of y as (env, names[1]), with the
+    draws of `resample` (computed from the draw counts: no (reps, n, m) array)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    wins = (x[:, None] > y[None, :]) + 0.5 * (x[:, None] == y[None, :])  # (n, m)
+    cx = resample_counts(x.size, reps, seed, env, names[0])
+    cy = resample_counts(y.size, reps, seed, env, names[1])
+    return np.einsum("ri,ij,rj->r", cx, wins, cy) / (x.size * y.size)

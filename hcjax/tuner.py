@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hcjax.keys import check_step_inputs
 from hcjax.space import FLOAT32_MAX, Space, integer_scalar, real_scalar
 
 State = Any
@@ -89,6 +90,9 @@ class Tuner(NamedTuple):
 
         The same numbers as `state = tell(state, objective)` followed, when `decide`, by
         `state, values = ask(state, fold_in(key, STEP_KEY_TAG))`, else `values(state)`.
+        Under `jax.vmap`, a ValueError when traced if every agent gets the same key (one
+        that does not depend on the vmapped arguments, as a dummy `PRNGKey(0)` that
+        replaced the script's rng) or the same state (init from such a key).
         A Python bool decides at trace time; an array runs `jax.lax.cond`. Under
         `jax.vmap` keep `decide` unbatched (computed from the scan's iteration index,
         not from per-agent data): the cond then survives batching and the ask runs on
@@ -96,6 +100,7 @@ class Tuner(NamedTuple):
         vmap turns the cond into a select that computes every ask at every iteration.
         """
         check_decide(self.name, decide)
+        key = check_step_inputs(key, state, objective)  # under vmap: a key or state shared by every agent refused
         state = self.tell(state, objective)
         ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
         if isinstance(decide, (bool, np.bool_)):

@@ -106,6 +106,56 @@ def test_check_keys_refuses_repeated_keys():
     assert same.values[0] == same.values[2]
 
 
+
+def dqn_like(init_from, step_key, controlled=False):
+    """jit(vmap(train)) shaped like upstream PureJaxRL's DQN: the seed's rng resets the
+    environments, then `rng = jax.random.PRNGKey(0)` (its "dummy rng") replaces it, and the
+    scan's key is split from that. init_from: 'dummy' or 'seed' (the vmapped argument);
+    step_key: 'runner' (the dummy's descendants) or 'per-seed' (fold_in of the argument)."""
+    tuner = hcjax.make_tuner("random", SPACE)
+    tuner = hcjax.control.with_control(tuner, values=[2.5e-4]) if controlled else tuner
+
+    def train(seed_rng, control):
+        obs = jax.random.normal(seed_rng, (4,))  # stands for the environments reset from the seed's key
+        rng = jax.random.PRNGKey(0)  # upstream: "use a dummy rng here"
+        state = tuner.init(rng if init_from == "dummy" else seed_rng)
+        state = hcjax.control.assign(state, control) if controlled else state
+
+        def update(carry, i):
+            state, rng, obs = carry
+            rng, _rng = jax.random.split(rng)
+            key = _rng if step_key == "runner" else jax.random.fold_in(seed_rng, i)
+            obs = obs * 0.9 + 0.1 * jax.random.normal(jax.random.fold_in(seed_rng, i), (4,))
+            state, values = tuner.step(state, key, obs.mean(), i % 2 == 0)  # an objective from per-seed data
+            return (state, rng, obs), values
+
+        return jax.lax.scan(update, (state, rng, obs), jnp.arange(6))[1]
+
+    keys = jax.random.split(jax.random.PRNGKey(42), 4)
+    hcjax.check_keys(keys)  # the vmapped keys are distinct: the host check cannot see the dummy
+    return jax.jit(jax.vmap(train))(keys, hcjax.control.controls(4))
+
+
+@pytest.mark.parametrize("init_from, step_key, message", [
+    ("dummy", "runner", r"step: every agent under jax\.vmap got the same key"),
+    ("seed", "runner", r"step: every agent under jax\.vmap got the same key.*fold_in\(seed_key, update_i\)"),
+    ("dummy", "per-seed", r"step: every agent under jax\.vmap has the same tuner state.*TUNER\.init\(rng\) before"),
+])
+def test_keys_shared_the_way_upstream_dqn_shares_them_are_refused(init_from, step_key, message):
+    with pytest.raises(ValueError, match=message):
+        dqn_like(init_from, step_key)
+
+
+def test_a_per_seed_step_key_gives_every_agent_its_own_draws():
+    values = np.asarray(dqn_like("seed", "per-seed"))  # (agents, updates, h): the guide's fix runs
+    assert len({v.tobytes() for v in values[:, 0]}) == 4 and len({v.tobytes() for v in values[:, -1]}) == 4
+    with pytest.raises(ValueError, match=r"assign: every agent under jax\.vmap has the same tuner state"):
+        dqn_like("dummy", "per-seed", controlled=True)
+    step = jax.vmap(hcjax.make_tuner("random", SPACE).step, in_axes=(0, None, 0, None))  # one key for all: refused
+    states = jax.vmap(hcjax.make_tuner("random", SPACE).init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    with pytest.raises(ValueError, match=r"same key"):
+        step(states, jax.random.PRNGKey(1), jnp.ones(2), True)
+
 def test_shape_errors_name_the_function_called():
     with pytest.raises(ValueError, match=r"^return_change: episode_returns and done"):
         hcjax.objectives.return_change(hcjax.objectives.NO_LEVEL, jnp.zeros(3), jnp.zeros(2, bool))

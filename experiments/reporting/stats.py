@@ -66,6 +66,7 @@ from hcjax.stats import (  # the primitives, in the core (hcjax.control reports 
     interval,
     iqm,
     mann_whitney,
+    mann_whitney_boot,
     resample,
     resample_counts,
 )
@@ -181,11 +182,7 @@ def probability_of_improvement(x: Mapping[str, np.ndarray], y: Mapping[str, np.n
     point = np.mean([mann_whitney(sx[env], sy[env]) for env in shared])
     boot = np.zeros(reps)
     for env in shared:
-        a, b = sx[env], sy[env]
-        wins = (a[:, None] > b[None, :]) + 0.5 * (a[:, None] == b[None, :])  # (n, m)
-        ca = resample_counts(a.size, reps, seed, env, names[0])
-        cb = resample_counts(b.size, reps, seed, env, names[1])
-        boot += np.einsum("ri,ij,rj->r", ca, wins, cb) / (a.size * b.size)
+        boot += mann_whitney_boot(sx[env], sy[env], reps, seed, env, names)
     lo, hi = interval(boot / len(shared), confidence)
     return dict(p=float(point), ci=[float(lo), float(hi)], envs=shared)
 
