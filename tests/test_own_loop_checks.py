@@ -45,12 +45,24 @@ def test_a_tuned_multiplier_scales_an_annealed_learning_rate():
         for _ in range(updates):
             update, state = tx.update(GRADS, state, PARAMS)
             out.append(np.asarray(update))
+            # the rate in effect, by name: the one this SGD update used (update = -rate * gradient)
+            np.testing.assert_allclose(-hcjax.optax.in_effect(state) * np.asarray(GRADS), out[-1], rtol=1e-6)
         return np.stack(out)
 
     plain, tuned = run(1.0), run(40.0)
     rates = np.asarray([schedule(t) for t in range(3)])  # 1e-2, 7.5e-3, 5e-3: annealed
     np.testing.assert_allclose(plain, -rates[:, None] * np.asarray(GRADS), rtol=1e-6)
     np.testing.assert_allclose(tuned, 40.0 * plain, rtol=1e-6)
+    constant = optax.inject_hyperparams(optax.adam)(learning_rate=3e-4)  # no multiplier: the injected value
+    assert float(hcjax.optax.in_effect(constant.init(PARAMS))) == pytest.approx(3e-4)
+    with pytest.raises(ValueError, match=r"in_effect: 'lr' is not an injected hyperparameter.*'learning_rate'\]"):
+        hcjax.optax.in_effect(constant.init(PARAMS), "lr")
+    two = optax.chain(constant, optax.inject_hyperparams(optax.sgd)(learning_rate=1.0))
+    with pytest.raises(ValueError, match=r"'learning_rate' is in 2 injected states"):
+        hcjax.optax.in_effect(two.init(PARAMS))
+    rates = jax.vmap(lambda lr: hcjax.optax.in_effect(hcjax.optax.set_hyperparams(constant.init(PARAMS),
+                                                                                  {"learning_rate": lr})))
+    np.testing.assert_allclose(rates(jnp.asarray([1e-3, 2e-3])), [1e-3, 2e-3], rtol=1e-6)  # one per agent
 
 
 def test_integer_hyperparameters_are_refused_naming_them():

@@ -106,8 +106,9 @@ def test_untuned_and_tuned_dqn_run():
 @pytest.mark.slow
 def test_population_recipe_runs():
     agents = 4
-    config = dict(TINY, READY=3)
-    out, history = ppo_cartpole_pbt.run_pbt(config, jax.random.PRNGKey(1), agents)
+    config = dict(TINY, READY=4)  # 9 updates: 4 does not divide them, the nearest divisor 3 does
+    with pytest.warns(hcjax.population.IntervalWarning, match=r"ready=4 does not divide the run's 9 updates: using 3"):
+        out, history = ppo_cartpole_pbt.run_pbt(config, jax.random.PRNGKey(1), agents)
     assert len(history) == 3  # three intervals of 3 updates: two PBT steps between them
     assert sum(np.asarray(i["returned_episode"]).shape[1] for i in history) == 9  # every update ran
     for interval in history[1:]:
@@ -127,9 +128,25 @@ def test_population_recipe_runs():
     assert hcjax.population_options("pbt")["min_gap"] is None  # the recipe sets min_gap=0 itself
 
 
-def test_population_recipe_refuses_to_drop_updates():
-    with pytest.raises(ValueError, match=r"READY=4 must divide the run's 9 updates"):
-        ppo_cartpole_pbt.run_pbt(dict(TINY, READY=4), jax.random.PRNGKey(1), 2)
+def test_population_interval_is_the_nearest_divisor_or_names_them():
+    assert hcjax.population.interval(390, 10) == 10  # the guide's run: 10 divides it, nothing said
+    with pytest.warns(hcjax.population.IntervalWarning) as said:
+        assert hcjax.population.interval(976, 10) == 8  # PureJaxRL's 5e5 steps: divisors 8 and 16
+        assert hcjax.population.interval(976, 12) == 8  # 12 - 8 < 16 - 12
+        assert hcjax.population.interval(976, 12) == 8
+    assert [str(w.message) for w in said][:2] == [
+        "ready=10 does not divide the run's 976 updates: using 8 (the divisors nearest 10 are 8 and 16)",
+        "ready=12 does not divide the run's 976 updates: using 8 (the divisors nearest 12 are 8 and 16)"]
+    with pytest.warns(hcjax.population.IntervalWarning, match="using 2"):
+        assert hcjax.population.interval(20, 3) == 2 and hcjax.population.interval(12, 5) == 4  # ties: the smaller
+    with pytest.raises(ValueError, match=r"ready=10 does not divide the run's 977 updates, and its nearest divisors "
+                                         r"are 1 and 977; choose one of them, or a run of 970 or 980 updates"):
+        hcjax.population.interval(977, 10)
+    with pytest.raises(ValueError, match=r"interval: ready must be an integer in \[1, 9\]"):
+        hcjax.population.interval(9, 10)
+    # the recipe's own run: a prime number of updates is refused before anything compiles
+    with pytest.raises(ValueError, match=r"ready=3 does not divide the run's 7 updates.*a run of 6 or 9 updates"):
+        ppo_cartpole_pbt.run_pbt(dict(TINY, TOTAL_TIMESTEPS=7 * 64, READY=3), jax.random.PRNGKey(1), 2)
 
 
 @pytest.mark.slow
