@@ -30,14 +30,39 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
-from hcjax.keys import check_state_per_agent
 from hcjax.stats import CONFIDENCE, REPS, interval, iqm, mann_whitney, mann_whitney_boot, resample
 from hcjax.tuner import Tuner, check_float, check_int
 from hcjax.tuners import make_tuner
 from hcjax.tuners.stacked import StackedState, select, stack
 
 STRATUM = "control group"  # the bootstrap's environment name; the groups are the strata "tuned" and "control"
+
+
+# Under jax.vmap, a state made from a key shared by every agent stays unbatched (one for all).
+
+@custom_vmap
+def _assigned_state(state, per_agent):
+    return state
+
+
+@_assigned_state.def_vmap
+def _assigned_state_rule(axis_size, in_batched, state, per_agent):
+    state_batched, per_agent_batched = in_batched
+    if per_agent_batched and not any(jax.tree_util.tree_leaves(state_batched)):
+        raise ValueError("assign: every agent under jax.vmap has the same tuner state (TUNER.init got a key shared "
+                         "by every agent, or the state was made outside jax.vmap), so every tuned agent starts from "
+                         "the same configuration; initialise it inside the vmapped function from the agent's own "
+                         "key, TUNER.init(rng) before any line that replaces rng")
+    return state, state_batched
+
+
+def check_state_per_agent(state, per_agent: jax.Array):
+    """state, unchanged. Under jax.vmap, a ValueError when the program is traced if
+    `per_agent` (a value that differs between agents, e.g. a control flag) is batched and
+    no leaf of `state` is: every agent's tuner would start from one state."""
+    return _assigned_state(state, per_agent)
 
 
 def with_control(tuner: Tuner, values=None) -> Tuner:

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
-from hcjax.keys import check_step_inputs
 from hcjax.space import FLOAT32_MAX, Space, integer_scalar, real_scalar
 
 State = Any
@@ -125,6 +125,43 @@ def check_decide(name: str, decide) -> None:
     if dtype is None or dtype != np.bool_ or tuple(shape) != ():
         raise ValueError(f"{name}.step: decide must be a Python bool or a bool scalar array (e.g. "
                          f"`update_i % 4 == 0`), got {decide!r}")
+
+
+# Under jax.vmap, a value that does not depend on the vmapped arguments stays unbatched: one
+# value for every agent. `check_step_inputs` sees which of its inputs are batched (a
+# custom_vmap rule, run when the program is traced) and refuses what makes agents share their
+# draws; outside vmap it is the identity and costs nothing.
+
+@custom_vmap
+def _step_inputs(key, state, objective):
+    return key
+
+
+@_step_inputs.def_vmap
+def _step_inputs_rule(axis_size, in_batched, key, state, objective):
+    key_batched, state_batched, objective_batched = in_batched
+    state_batched = any(jax.tree_util.tree_leaves(state_batched))
+    if not key_batched and (state_batched or objective_batched):
+        raise ValueError("step: every agent under jax.vmap got the same key (it does not depend on the vmapped "
+                         "arguments, e.g. a key split from a fixed jax.random.PRNGKey(0) that replaced the "
+                         "script's rng), so their tuners would ask with the same draws; pass a per-agent key, "
+                         "e.g. jax.random.fold_in(seed_key, update_i) with the vmapped function's own key "
+                         "argument as seed_key")
+    if objective_batched and not state_batched:
+        raise ValueError("step: every agent under jax.vmap has the same tuner state (it does not depend on the "
+                         "vmapped arguments: TUNER.init got a key shared by every agent, or the state was made "
+                         "outside jax.vmap), so every agent starts from the same configuration; initialise it "
+                         "inside the vmapped function from the agent's own key, TUNER.init(rng) before any line "
+                         "that replaces rng")
+    return key, key_batched
+
+
+def check_step_inputs(key: jax.Array, state, objective) -> jax.Array:
+    """key, unchanged. Under jax.vmap, a ValueError when the program is traced if the key
+    is the same for every agent while the state or objective differs (their asks would
+    share draws), or if the state is the same for every agent while the objective differs
+    (every tuner started from one configuration). `Tuner.step` calls it."""
+    return _step_inputs(key, state, objective)
 
 
 INIT_DOC = """init(key) -> state: key: a PRNG key, one per agent (under jax.vmap give every agent

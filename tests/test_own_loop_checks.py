@@ -244,6 +244,7 @@ def test_the_guides_schedule_recipe_runs():
     exec(block, scope)
     np.testing.assert_allclose(scope["updates"], -4.0 * 2.5e-4 * np.ones(3), rtol=1e-4)
     assert float(scope["opt_state"][2].hyperparams["step_size"]) == 4.0  # kept across the update
+    assert float(scope["learning_rate"]) == pytest.approx(4.0 * 2.5e-4)  # what the guide logs: the rate in effect
     later, _ = scope["tx"].update(jnp.ones(3), scope["opt_state"], scope["params"])
     assert np.all(np.abs(np.asarray(later)) < 4.0 * 2.5e-4)  # the schedule still anneals under the multiplier
     assert scope["space"].names == ("step_size",)

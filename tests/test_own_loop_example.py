@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "own-training-loop.md"
 TINY = dict(ppo_cartpole.CONFIG, NUM_ENVS=2, NUM_STEPS=32, TOTAL_TIMESTEPS=9 * 64, UPDATE_EPOCHS=1, NUM_MINIBATCHES=2)
 # 40 updates of 2 envs, learning from update 8, a greedy evaluation (and a decision) every 10 updates
+CONTROLS = np.array([False, True])  # agent 1 of the tuned scripts' two is a control, at the defaults
 TINY_DQN = dict(dqn_cartpole.CONFIG, NUM_ENVS=2, BUFFER_SIZE=64, BATCH_SIZE=8, TOTAL_TIMESTEPS=80, EPS_ANNEAL_TIME=40,
                 LEARNING_STARTS=16, TARGET_UPDATE_INTERVAL=5, EVAL_EVERY=10, EVAL_EPISODES=2)
 
@@ -46,7 +47,7 @@ def test_guide_quotes_the_scripts_and_their_diffs():
     assert fenced("diff") == ["\n".join(diff) + "\n" for diff in  # in the guide's order
                               (unified("ppo_cartpole_tuned.py"), dqn, unified("ppo_cartpole_pbt.py"))]
     text = GUIDE.read_text()
-    for diff, stated in ((unified("ppo_cartpole_tuned.py"), (16, 6)), (dqn, (16, 7))):
+    for diff, stated in ((unified("ppo_cartpole_tuned.py"), (22, 9)), (dqn, (22, 10))):
         added, removed = counts(diff)
         assert (added, removed) == stated  # the counts the guide states
         assert f"{added} lines added and {removed} removed" in text
@@ -58,14 +59,16 @@ def test_untuned_and_tuned_scripts_run():
     rngs = jax.random.split(jax.random.PRNGKey(0), 2)
     plain = jax.jit(jax.vmap(ppo_cartpole.make_train(TINY)))(rngs)
     assert np.all(np.isfinite(jax.tree.leaves(plain["runner_state"][0].params)[0]))
-    out = jax.jit(jax.vmap(ppo_cartpole_tuned.make_train(TINY)))(rngs)
+    out = jax.jit(jax.vmap(ppo_cartpole_tuned.make_train(TINY)))(rngs, CONTROLS)
     metrics = out["metrics"]
     lr, clip = np.asarray(metrics["learning_rate"]), np.asarray(metrics["clip_eps"])
     assert lr.shape == clip.shape == (2, 9)  # (seeds, updates): the values each update trained with
     assert np.all((lr >= 1e-4 * (1 - 1e-6)) & (lr <= 1e-2 * (1 + 1e-6))) and np.all((clip >= 0.1) & (clip <= 0.4))
     changed = (np.diff(lr, axis=1) != 0) | (np.diff(clip, axis=1) != 0)  # between update k and k + 1
     decided = np.arange(8) % 4 == 0  # the tuner decided at the end of updates 0 and 4
-    assert not np.any(changed[:, ~decided]) and np.any(changed[:, decided])
+    assert not np.any(changed[:, ~decided]) and np.any(changed[0, decided])
+    np.testing.assert_allclose(lr[1], TINY["LR"], rtol=1e-6)  # the control agent: the script's own values
+    np.testing.assert_allclose(clip[1], TINY["CLIP_EPS"], rtol=1e-6)
     train_state = out["runner_state"][0][0]
     for leaf in jax.tree.leaves(train_state.params):
         assert np.all(np.isfinite(np.asarray(leaf)))
@@ -73,14 +76,15 @@ def test_untuned_and_tuned_scripts_run():
     injected = train_state.opt_state[1].hyperparams["learning_rate"]
     np.testing.assert_array_equal(injected, lr[:, -1])
     tuner_state, level = out["runner_state"][1]
-    assert int(np.asarray(tuner_state.t).min()) >= 1 and np.all(np.isfinite(level))  # episodes finished, told
+    np.testing.assert_array_equal(hcjax.control.is_control(tuner_state), CONTROLS)
+    assert int(np.asarray(tuner_state.states[0].t)[0]) >= 1 and np.all(np.isfinite(level))  # episodes finished, told
 
 
 @pytest.mark.slow
 def test_untuned_and_tuned_dqn_run():
     rngs = jax.random.split(jax.random.PRNGKey(0), 2)
     plain = jax.jit(jax.vmap(dqn_cartpole.make_train(TINY_DQN)))(rngs)
-    out = jax.jit(jax.vmap(dqn_cartpole_tuned.make_train(TINY_DQN)))(rngs)
+    out = jax.jit(jax.vmap(dqn_cartpole_tuned.make_train(TINY_DQN)))(rngs, CONTROLS)
     evaluating = np.arange(40) % 10 == 9
     for run in (plain, out):
         greedy = np.asarray(run["metrics"]["greedy_return"])  # (seeds, updates)
@@ -90,16 +94,20 @@ def test_untuned_and_tuned_dqn_run():
                                                              else run["runner_state"][0][0].params)[0])))
     metrics = out["metrics"]
     lr, floor = np.asarray(metrics["learning_rate"]), np.asarray(metrics["eps_floor"])
-    assert np.all((lr >= 1e-4 * (1 - 1e-6)) & (lr <= 1e-2 * (1 + 1e-6)))
-    assert np.all((floor >= 0.01 * (1 - 1e-6)) & (floor <= 0.3 * (1 + 1e-6)))
+    low, high = dqn_cartpole_tuned.SPACE.low, dqn_cartpole_tuned.SPACE.high
+    assert np.all((lr >= low[0] * (1 - 1e-6)) & (lr <= high[0] * (1 + 1e-6)))
+    assert np.all((floor >= low[1] * (1 - 1e-6)) & (floor <= high[1] * (1 + 1e-6)))
     changed = (np.diff(lr, axis=1) != 0) | (np.diff(floor, axis=1) != 0)  # between update k and k + 1
-    assert not np.any(changed[:, ~evaluating[:-1]]) and np.any(changed[:, evaluating[:-1]])  # decided at evaluations
+    assert not np.any(changed[:, ~evaluating[:-1]]) and np.any(changed[0, evaluating[:-1]])  # decided at evaluations
+    np.testing.assert_allclose([lr[1], floor[1]], np.broadcast_to(dqn_cartpole_tuned.SPACE.default[:, None], (2, 40)),
+                               rtol=1e-6)  # the control agent runs the defaults
+    assert dqn_cartpole_tuned.SPACE.default.tolist() == np.float32([TINY_DQN["LR"], TINY_DQN["EPS_FINISH"]]).tolist()
     eps = np.asarray(metrics["eps"])  # annealed from 1 to the tuned floor over 20 updates
     np.testing.assert_allclose(eps[:, -1], floor[:, -1], rtol=1e-6)
     train_state = out["runner_state"][0][0]
     np.testing.assert_array_equal(train_state.opt_state.hyperparams["learning_rate"], lr[:, -1])
     tuner_state, level = out["runner_state"][1]
-    assert int(np.asarray(tuner_state.t).min()) == 3  # 4 evaluations: the first sets the level, three are told
+    assert int(np.asarray(tuner_state.states[0].t)[0]) == 3  # 4 evaluations: the first sets the level, 3 told
     np.testing.assert_allclose(level, np.asarray(metrics["greedy_return"])[:, -1], rtol=1e-6)
 
 
