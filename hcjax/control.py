@@ -30,7 +30,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_batching import custom_vmap
 
 from hcjax.stats import CONFIDENCE, REPS, interval, iqm, mann_whitney, mann_whitney_boot, resample
 from hcjax.tuner import Tuner, check_float, check_int
@@ -38,31 +37,6 @@ from hcjax.tuners import make_tuner
 from hcjax.tuners.stacked import StackedState, select, stack
 
 STRATUM = "control group"  # the bootstrap's environment name; the groups are the strata "tuned" and "control"
-
-
-# Under jax.vmap, a state made from a key shared by every agent stays unbatched (one for all).
-
-@custom_vmap
-def _assigned_state(state, per_agent):
-    return state
-
-
-@_assigned_state.def_vmap
-def _assigned_state_rule(axis_size, in_batched, state, per_agent):
-    state_batched, per_agent_batched = in_batched
-    if per_agent_batched and not any(jax.tree_util.tree_leaves(state_batched)):
-        raise ValueError("assign: every agent under jax.vmap has the same tuner state (TUNER.init got a key shared "
-                         "by every agent, or the state was made outside jax.vmap), so every tuned agent starts from "
-                         "the same configuration; initialise it inside the vmapped function from the agent's own "
-                         "key, TUNER.init(rng) before any line that replaces rng")
-    return state, state_batched
-
-
-def check_state_per_agent(state, per_agent: jax.Array):
-    """state, unchanged. Under jax.vmap, a ValueError when the program is traced if
-    `per_agent` (a value that differs between agents, e.g. a control flag) is batched and
-    no leaf of `state` is: every agent's tuner would start from one state."""
-    return _assigned_state(state, per_agent)
 
 
 def with_control(tuner: Tuner, values=None) -> Tuner:
@@ -87,8 +61,8 @@ def with_control(tuner: Tuner, values=None) -> Tuner:
 def assign(state: StackedState, control) -> StackedState:
     """state (from `with_control(...).init`), control: a bool (a scalar per agent under
     vmap) -> the same state, running the fixed values where `control`, the tuner elsewhere.
-    Under vmap, a ValueError when traced if the state is the same for every agent (init
-    from a key shared by every agent) while `control` differs."""
+    (A state that every agent shares, from `init` given one key for all, is refused by
+    `step`.)"""
     if not isinstance(state, StackedState) or len(state.states) != 2:
         raise ValueError(f"assign: state must come from hcjax.control.with_control(tuner).init(key), got "
                          f"{type(state).__name__}")
@@ -96,7 +70,7 @@ def assign(state: StackedState, control) -> StackedState:
     if control.dtype != jnp.bool_ or control.shape != ():
         raise ValueError(f"assign: control must be a bool scalar (one per agent under vmap), got dtype "
                          f"{control.dtype} and shape {control.shape}")
-    return select(check_state_per_agent(state, control), control.astype(jnp.int32))
+    return select(state, control.astype(jnp.int32))
 
 
 def is_control(state: StackedState) -> jax.Array:

@@ -149,9 +149,9 @@ def dqn_like(init_from, step_key, controlled=False):
 
 
 @pytest.mark.parametrize("init_from, step_key, message", [
-    ("dummy", "runner", r"step: every agent under jax\.vmap got the same key"),
-    ("seed", "runner", r"step: every agent under jax\.vmap got the same key.*fold_in\(seed_key, update_i\)"),
-    ("dummy", "per-seed", r"step: every agent under jax\.vmap has the same tuner state.*TUNER\.init\(rng\) before"),
+    ("dummy", "runner", r"random\.step: every agent under jax\.vmap got the same key"),
+    ("seed", "runner", r"random\.step: every agent under jax\.vmap got the same key.*fold_in\(seed_key, update_i\)"),
+    ("dummy", "per-seed", r"random\.step: every agent under jax\.vmap has the same tuner state.*TUNER\.init\(rng\)"),
 ])
 def test_keys_shared_the_way_upstream_dqn_shares_them_are_refused(init_from, step_key, message):
     with pytest.raises(ValueError, match=message):
@@ -161,8 +161,13 @@ def test_keys_shared_the_way_upstream_dqn_shares_them_are_refused(init_from, ste
 def test_a_per_seed_step_key_gives_every_agent_its_own_draws():
     values = np.asarray(dqn_like("seed", "per-seed"))  # (agents, updates, h): the guide's fix runs
     assert len({v.tobytes() for v in values[:, 0]}) == 4 and len({v.tobytes() for v in values[:, -1]}) == 4
-    with pytest.raises(ValueError, match=r"assign: every agent under jax\.vmap has the same tuner state"):
-        dqn_like("dummy", "per-seed", controlled=True)
+    with pytest.raises(ValueError, match=r"control\(random\)\.step: every agent under jax\.vmap has the same tuner"):
+        dqn_like("dummy", "per-seed", controlled=True)  # the controls' `which` differs, the tuned states do not
+    dqn_like("seed", "per-seed", controlled=True)
+    fixed = hcjax.make_tuner("fixed", SPACE)  # its state ignores the key: the same for every agent, by design
+    run = jax.vmap(lambda k, o: fixed.step(fixed.init(k), jax.random.fold_in(k, 1), o, True)[1])
+    np.testing.assert_allclose(run(jax.random.split(jax.random.PRNGKey(0), 3), jnp.arange(3.0)),
+                               np.broadcast_to(SPACE.default, (3, 1)), rtol=1e-6)
     step = jax.vmap(hcjax.make_tuner("random", SPACE).step, in_axes=(0, None, 0, None))  # one key for all: refused
     states = jax.vmap(hcjax.make_tuner("random", SPACE).init)(jax.random.split(jax.random.PRNGKey(0), 2))
     with pytest.raises(ValueError, match=r"same key"):
