@@ -9,10 +9,10 @@ to `jax.vmap(train)` (or to `tuner.init`) on the host:
     hcjax.check_keys(rngs)
     out = jax.jit(jax.vmap(train))(rngs)
 
-That check cannot see keys made inside the vmapped function. `Tuner.step` (and
-`hcjax.control.assign`) refuse, when the program is traced, a key or a tuner state that
-every agent shares because it does not depend on the vmapped arguments: the key of a
-script whose rng was replaced by a dummy `PRNGKey(0)`.
+That check cannot see keys made inside the vmapped function. `Tuner.step` refuses, when
+the program is traced, a key or a tuner state that every agent shares because it does not
+depend on the vmapped arguments: the key of a script whose rng was replaced by a dummy
+`PRNGKey(0)` (hcjax.tuner.check_step_inputs).
 """
 from __future__ import annotations
 
