@@ -15,6 +15,7 @@ cli.py       the `hcjax` command
 
 load(directory)                    a study's results as pandas DataFrames (reporting.frames)
 replay(directory, unit, seeds)     a finished unit's schedules rerun on new seeds (study.schedules)
+verdict(directory)                 does tuning help? the verdict on the test seeds (reporting.verdict)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ _LAZY = {
     "load": "experiments.reporting.frames",
     "Results": "experiments.reporting.frames",
     "replay": "experiments.study.schedules",
+    "verdict": "experiments.reporting.verdict",
 }
 
 

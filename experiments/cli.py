@@ -1,4 +1,4 @@
-"""The `hcjax` command (also `python -m experiments`): run, plot, export, replay, bench, presets, info.
+"""The `hcjax` command (also `python -m experiments`): run, plot, verdict, export, replay, bench, presets, info.
 
 Its usage is argparse's help (`hcjax --help`, `hcjax run --help`, ...): `parser()` below
 is the one place it is written, exit statuses included (EXIT_STATUS).
@@ -20,7 +20,7 @@ import jax
 
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots
+from experiments.reporting import export, plots, verdict
 from experiments.study import api, interrupts, presets, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
@@ -141,6 +141,10 @@ def parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="write the figures and tables of a study directory")
     plot.add_argument("dir")
+
+    judge = sub.add_parser("verdict", help="does tuning help? a study's verdict on its test seeds (Markdown)")
+    judge.add_argument("dir")
+    judge.add_argument("--json", metavar="FILE", help="also write every number, sentence and flag to FILE (JSON)")
 
     bench = sub.add_parser("bench", help="run the benchmark scripts, write one JSON + Markdown report")
     bench.add_argument("--out", default="bench_out", help="report directory (default bench_out/)")
@@ -392,6 +396,16 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_verdict(args) -> int:
+    _, units = finished_units(args)
+    try:  # no test seeds, or a --json FILE that cannot be written: before any work
+        result = verdict.verdict(units, json_path=args.json)
+    except ValueError as e:
+        raise UsageError(e) from None
+    print(result.markdown, end="")
+    return 0
+
+
 def cmd_export(args) -> int:
     store, units = finished_units(args)
     out = Path(args.out) if args.out else store.path / "export"
@@ -435,8 +449,8 @@ def cmd_info(args) -> int:
     return deps.info()
 
 
-COMMANDS = {"run": cmd_run, "plot": cmd_plot, "export": cmd_export, "replay": cmd_replay, "bench": cmd_bench,
-            "info": cmd_info, "presets": cmd_presets}
+COMMANDS = {"run": cmd_run, "plot": cmd_plot, "verdict": cmd_verdict, "export": cmd_export, "replay": cmd_replay,
+            "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
 
 
 def main(argv: list[str] | None = None) -> int:

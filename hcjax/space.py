@@ -327,6 +327,12 @@ class Space:
             x = np.where(self.is_categorical, np.minimum(np.floor(np.clip(u, 0.0, 1.0) * k), k - 1), x)
         return np.clip(x.astype(np.float32), self.low, self.high)
 
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """(n, h) float32: n configurations drawn uniformly on the hyperparameters' scales
+        (log-uniform on a log scale, integers rounded, a categorical's options equally likely)
+        from NumPy's generator seeded with `seed` (NumPy, outside jit: e.g. a sweep's plan)."""
+        return self._decode_np(np.random.default_rng(seed).random((int(n), self.h)))
+
     def unit_grid(self, d: int) -> np.ndarray:
         """(h, d) float32: the arms of `grid(d)` encoded in [0, 1] (NumPy, static)."""
         x = self.grid(d).astype(np.float64).T  # (d, h)

@@ -249,8 +249,10 @@ def test_the_speed_guard_fails_below_its_bound_in_any_row(monkeypatch, tmp_path)
 
 
 def test_the_methods_table_covers_exactly_the_registries():
-    """One row per registered tuner and population method, flagged as which it is."""
-    assert {m.name for m in methods.TABLE} == set(available()) | set(populations())
+    """One row per registered tuner and population method, flagged as which it is, and the
+    study's own methods (the sweep), which no registry holds."""
+    assert {m.name for m in methods.TABLE if not m.study} == set(available()) | set(populations())
+    assert methods.STUDY_METHODS == ("sweep",) and not set(methods.STUDY_METHODS) & set(available())
     assert {m.name for m in methods.TABLE if m.population} == set(populations())
     assert len(methods.TABLE) == len(methods.BY_NAME)  # no name twice
     assert set(presets.METHODS) == set(available()) and methods.ALL_METHODS == presets.ALL_METHODS

@@ -10,6 +10,7 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_own_loop    the own-training-loop example, tuned / untuned wall time (4 seeds)
     experiments.benchmarks.bench_compile     compilation and step time of a PPO program, flat vs per-array optimiser
     experiments.benchmarks.bench_guard       the PPO speed guard: hcjax's PPO step / a minimal PPO's, one process
+    experiments.benchmarks.bench_sweep       a study's sweep: seconds per configuration and seed per 1e5 CartPole steps
 
 A script that is not there (yet) is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
@@ -32,7 +33,7 @@ from experiments.study import provenance
 from experiments.study import store as R
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_population_distributed", "bench_ppo",
-           "bench_own_loop", "bench_compile", "bench_guard")
+           "bench_own_loop", "bench_compile", "bench_guard", "bench_sweep")
 
 
 class _Tee(io.StringIO):

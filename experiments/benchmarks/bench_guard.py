@@ -13,7 +13,7 @@ envs x 128 steps (1024 frames), 10 epochs of 16 minibatches, actor and critic 3x
 tanh. hcjax does more per iteration (observation normalisation, the masks of a traced
 batch size, the divergence guard, the objective), so its ratio sits below 1; a regression
 of the shared PPO or environment path moves it down (issue 44: a flat optimiser halved
-one agent's speed, ratio 0.80 -> 0.44 here).
+one agent's speed: ratio 0.79-0.85 -> 0.31-0.35 here).
 
 Per environment and agent count (quick: Pendulum-v1 with 1 agent; else Pendulum-v1 and
 CartPole-v1 with 1 and 4 agents): both programs compiled, then `rounds` rounds timing
@@ -43,8 +43,8 @@ from experiments import deps
 from experiments.benchmarks.timing import print_table, write_json_atomic
 
 # Below this median ratio (reference seconds / hcjax seconds) the guard fails. Measured on the
-# 2-core CPU (docs/benchmarks.md#the-ppo-speed-guard): 0.71-0.87 with the fix, 0.40-0.47 with
-# the flat optimiser of issue 44 put back, at loads 0.1-4.
+# 2-core CPU (docs/benchmarks.md#the-ppo-speed-guard): medians 0.78-0.86 healthy (load 0.8-2.7),
+# 0.31-0.35 with the flat optimiser of issue 44 put back.
 MIN_RATIO = 0.6
 NUM_ENVS, STEPS, EPOCHS, MINIBATCHES, HIDDEN = 8, 128, 10, 16, (256, 256, 256)
 LEARNING_RATE, MAX_GRAD_NORM, ADAM_EPS, GAMMA, LAMBDA, CLIP, VF, ENT = 3e-4, 1.0, 1e-5, 0.99, 0.95, 0.2, 0.5, 1e-4

@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from experiments.reporting import stats as ST
-from experiments.reporting.tables import one_run_warning, probability_text
-from experiments.reporting.views import BASELINE, env_names, grouped, study_scores
+from experiments.reporting.tables import markdown_table, measurement_notes, one_run_warning, probability_text
+from experiments.reporting.verdict import has_test_seeds
+from experiments.reporting.verdict import verdict as verdict_of
+from experiments.reporting.views import ALL, BASELINE, env_names, grouped, measured_nothing, study_scores
 from experiments.study.methods import label
 from experiments.study.store import load_units, read_manifest
 
-ALL = "all environments"
 VERDICTS = {"better": "better", "worse": "worse", "not significant": "not separated",
             "not testable": "not testable", "no shared environment": "no shared environment"}
 
@@ -116,37 +117,44 @@ def study_claims(path: str | os.PathLike, reps: int = ST.REPS, seed: int = 0) ->
     units = load_units(path)
     if not units:
         raise ValueError(f"claims: no units in {path}")
+    flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
     return {"path": Path(path), "name": Path(path).name, "units": units, "env_names": env_names(units),
-            "single_seed": ST.single_seed_strata(study_scores(units)),
+            "single_seed": ST.single_seed_strata(study_scores(units)), "flags": flags,
+            "verdict": verdict_of(units, reps, seed) if has_test_seeds(units) else None,
             "budget": budget(units, read_manifest(path)), "rows": claim_rows(units, reps, seed)}
 
 
 # ---- Markdown ------------------------------------------------------------------------------
 
-def _md(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
-
-
-def _cell(row: dict) -> str:
-    if not np.isfinite(row["p"]):
+def _cell(row: dict | None, unmeasured: bool) -> str:
+    if unmeasured:
+        return "not measured"
+    if row is None or not np.isfinite(row["p"]):
         return "not run there"
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["verdict"], row["verdict"])
     return f"{probability_text(row['p'], row['ci'])} {mark}"
 
 
-def claims_table(rows: list[dict], names: dict[str, str] | None = None) -> str:
+def claims_table(rows: list[dict], names: dict[str, str] | None = None, flags: dict | None = None) -> str:
     """Markdown: a row per other method, a column for all environments then one per
     environment (headed by `names`: env label -> what it ran as); cells 'P [lo, hi] verdict'
-    ('not run there' where the method lacks the environment)."""
-    names = names or {}
+    ('not run there' where the method lacks the environment, 'not measured' where it or
+    HC measured nothing there: `flags`, {(env, method): what `views.measured_nothing` said})."""
+    names, flags = names or {}, flags or {}
     columns = list(dict.fromkeys(r["env"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     by = {(r["env"], r["method"]): r for r in rows}
-    body = [[label(m)] + [_cell(by[(c, m)]) if (c, m) in by else "not run there" for c in columns]
-            for m in methods]
+    flagged = {m for _, m in flags}
+
+    def unmeasured(c, m):  # the method or HC measured nothing there (over all: no environment left to compare)
+        if c == ALL:
+            row = by.get((c, m))
+            return bool({m, BASELINE} & flagged) and (row is None or not np.isfinite(row["p"]))
+        return (c, m) in flags or (c, BASELINE) in flags
+
+    body = [[label(m)] + [_cell(by.get((c, m)), unmeasured(c, m)) for c in columns] for m in methods]
     head = [f"P({label(BASELINE)} > X)"] + ["all (aggregate)" if c == ALL else names.get(c, c) for c in columns]
-    return _md(head, body)
+    return markdown_table(head, body)
 
 
 def _span(pair) -> str:
@@ -188,7 +196,12 @@ def study_section(study: dict, relative_to: str | os.PathLike = "docs") -> str:
         return head + (f"No {label(BASELINE)} ({BASELINE}) units in this study, so there is no claim to test: "
                        f"it compares {', '.join(label(m) for m in study['budget']['methods'])} only.\n")
     warning = f"\n{one_run_warning(study['single_seed'])}\n" if study["single_seed"] else ""
-    return head + claims_table(study["rows"], study["env_names"]) + "\n" + summary_text(study["rows"]) + "\n" + warning
+    notes = measurement_notes(study["units"])
+    table = claims_table(study["rows"], study["env_names"], study.get("flags"))
+    text = head + table + "\n" + summary_text(study["rows"]) + "\n" + warning + (f"\n{notes}" if notes else "")
+    if study.get("verdict") is not None:
+        text += "\n#### The verdict on the test seeds\n\n" + study["verdict"].text(level=5)
+    return text
 
 
 # ---- the paper's budget on one GPU, from measured rates -----------------------------------
@@ -308,7 +321,7 @@ def estimate_section(study: dict, relative_to: str | os.PathLike = "docs") -> st
             "(its measured compilation added once); the steady time per iteration is the median segment's "
             "(a segment's time includes its closing evaluation);\n"
             "- only the tasks measured here (the paper's BipedalWalker-v3 has no JAX version).\n\n"
-            + _md(head, body))
+            + markdown_table(head, body))
 
 
 # ---- the page ------------------------------------------------------------------------------

@@ -12,6 +12,9 @@
     tables/success.md             seeds finishing without a rejected update or NaN (paper layout)
     tables/results.md             median final evaluation reward sum, IQR, rank per environment
     tables/tuning_time.md         total tuning time per unit (minutes)
+    tables/measured_nothing.md    the units whose evaluations all scored the same (only when there are such)
+    tables/verdict.md, .json      the verdict on the test seeds (only for a study with test seeds, see
+                                  experiments.reporting.verdict); figures/verdict.png its intervals
     tables/aggregate.md, .json    per method IQM and mean of normalised scores and P(HC > method),
                                   with stratified-bootstrap 95% intervals (see experiments.reporting.stats)
     figures/aggregate.png         IQM and mean with their intervals per method
@@ -34,7 +37,10 @@ import numpy as np
 
 from experiments.reporting import stats as ST
 from experiments.reporting import tables
+from experiments.reporting.verdict import Verdict, has_test_seeds, verdict
+from experiments.reporting.verdict_text import column, method_label
 from experiments.reporting.views import (
+    ALL,
     BASELINE,
     cumulative_minutes,
     env_names,
@@ -46,6 +52,7 @@ from experiments.reporting.views import (
 )
 from experiments.study.files import safe_name
 from experiments.study.methods import color, label
+from experiments.study.protocol import REPLAY
 from experiments.study.store import (
     StudyDir,
     UnitResult,
@@ -252,6 +259,48 @@ def figure_profile(summary: dict, path) -> Path:
     return _save(fig, path, plt)
 
 
+def figure_verdict(judged: Verdict, path) -> Path:
+    """The verdict on the test seeds over all environments, a panel per comparison: per method,
+    P(> default), P(> sweep incumbent), P(> fresh runs) with intervals (dashed: 0.5), the share of
+    the sweep's gain and the recovery from each poor default (dashed: 0 and 100%); a comparison
+    without a number says why (not measured, undefined) in its row."""
+    plt = _matplotlib()
+    rows = [r for r in judged.rows if r["phase"] == "test" and r["env"] == ALL and r["kind"] != "cost"]
+    comparisons = sorted(dict.fromkeys(r["comparison"] for r in rows), key=column) or ["nothing to compare"]
+    most = max(sum(r["comparison"] == c for r in rows) for c in comparisons) or 1
+    ncols = min(3, len(comparisons))
+    nrows = -(-len(comparisons) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, (0.4 * most + 1.2) * nrows + 0.4), squeeze=False)
+    for ax in axes.ravel()[len(comparisons):]:
+        ax.remove()
+    for ax, comparison in zip(axes.ravel(), comparisons):
+        mine = [r for r in rows if r["comparison"] == comparison]
+        if not mine:  # no default and no sweep beside the methods
+            ax.text(0.5, 0.5, "nothing to compare:\nno default (fixed), no sweep", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        share = mine[0]["kind"] == "share"
+        ends = [x for r in mine for x in (r["low"], r["high"]) if np.isfinite(x)]
+        low, high = max(-2.0, min([0.0] + ends)), min(3.0, max([1.0] + ends))
+        xlim = (low - 0.05 * (high - low), high + 0.05 * (high - low)) if share else (0.0, 1.0)
+        cis = np.clip([[r["low"], r["high"]] for r in mine], *xlim)
+        bases = [r["method"].removeprefix(REPLAY) for r in mine]
+        _interval_rows(ax, [method_label(r["method"]) for r in mine], [color(m) or "tab:cyan" for m in bases],
+                       [r["estimate"] for r in mine], cis, xlim)
+        for y, r in zip(np.arange(len(mine))[::-1], mine):
+            if not np.isfinite(r["estimate"]):
+                ax.text(sum(xlim) / 2, y, r["status"], ha="center", va="center", fontsize=8,
+                        bbox=dict(facecolor="white", edgecolor="none"))
+        for x in (0.0, 1.0) if share else (0.5,):
+            ax.axvline(x, color="k", ls="--", lw=1)
+        if share:
+            ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{100 * x:.0f}%"))
+        ax.set_title(comparison, fontsize=10)
+    fig.suptitle("The verdict on the test seeds, all environments (95% CI)", fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path, plt)
+
+
 def _copies(unit: UnitResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The copies of a population unit's lineage before its last iteration, population step by
     step, agent by agent: (C,) iterations done at the step, (C,) copying agents i, (C,) donors j."""
@@ -349,7 +398,12 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
         raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
     summary = ST.summarise(study_scores(units), baseline=BASELINE, reps=reps, seed=seed)
     summary["env_names"] = env_names(units)  # what each environment ran as, for the tables
+    judged = verdict(units, reps, seed) if has_test_seeds(units) else None
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
+    if judged is not None:
+        paths["verdict_figure"] = figure_verdict(judged, out / "figures" / "verdict.png")
+        paths["verdict_json"] = out / "tables" / "verdict.json"
+        atomic_write_text(paths["verdict_json"], judged.json(), root=out)
     for u in units:
         if u.lineage_iteration.size:
             name = safe_name(f"lineage_{unit_name(u.meta['env'], u.meta['method'])}")  # whatever meta says
@@ -357,6 +411,9 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
     paths["aggregate_json"] = out / "tables" / "aggregate.json"
     atomic_write_text(paths["aggregate_json"], tables.aggregate_json(summary), root=out)
     texts = {name: write(units, summary) for name, write in TABLES.items()}
+    notes = tables.measurement_notes(units)  # first in the report: what the other tables leave out
+    texts = {**({"measured_nothing": notes} if notes else {}), **({"verdict": judged.markdown} if judged else {}),
+             **texts}
     for name, text in texts.items():
         paths[name] = out / "tables" / f"{name}.md"
         atomic_write_text(paths[name], text, root=out)

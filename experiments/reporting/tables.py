@@ -12,11 +12,12 @@ import json
 
 import numpy as np
 
-from experiments.reporting.views import env_names, final_eval, final_train, grouped, quartiles
+from experiments.reporting.views import env_names, final_eval, final_train, grouped, measured_nothing, quartiles
 from experiments.study.methods import label
 
 
-def _md(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of `header` and `rows` (lists of cell texts)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -34,7 +35,7 @@ def _grid(units, cell) -> str:
     names = env_names(units)
     body = [[names[env]] + ["no unit" if by.get((env, m)) is None else cell(by[(env, m)]) for m in methods]
             for env in envs]
-    return _md(["Env"] + [label(m) for m in methods], body)
+    return markdown_table(["Env"] + [label(m) for m in methods], body)
 
 
 def success_table(units) -> str:
@@ -93,7 +94,7 @@ def results_table(units) -> str:
         body.append(row)
     head = ["Env"] + [label(m) for m in methods]
     return ("Median final evaluation reward sum over seeds, [25th, 75th percentile], (rank within the env, "
-            "1 = best median).\n\n" + _md(head, body))
+            "1 = best median).\n\n" + markdown_table(head, body))
 
 
 def tuning_time_table(units) -> str:
@@ -155,7 +156,7 @@ def aggregate_table(summary: dict) -> str:
         rows.append([label(m), f"{a['runs']} / {len(a['envs'])}", _ci(a["iqm"], a["iqm_ci"]),
                      _ci(a["mean"], a["mean_ci"]), pcell, sig])
     text += method_legend(list(agg)) + "\n\n"
-    text += _md(["Method", "Runs / envs", f"IQM [{pct} CI]", f"Mean [{pct} CI]", f"P({base} > X) [{pct} CI]",
+    text += markdown_table(["Method", "Runs / envs", f"IQM [{pct} CI]", f"Mean [{pct} CI]", f"P({base} > X) [{pct} CI]",
                  "Significant"], rows)
     sig = [label(m) for m, p in vs.items() if p["significant"]]
     insig = [label(m) for m, p in vs.items() if p["verdict"] == "not significant"]
@@ -179,7 +180,7 @@ def aggregate_table(summary: dict) -> str:
         text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     ref = summary["normalisation"]["reference"]
     names = summary.get("env_names", {})
-    text += "\nReference scores (final evaluation reward sum):\n\n" + _md(
+    text += "\nReference scores (final evaluation reward sum):\n\n" + markdown_table(
         ["Env", "low (0)", "high (1)"],
         [[names.get(env, env), f"{lo:.4g}", f"{hi:.4g}"] for env, (lo, hi) in ref.items()])
     return text
@@ -210,6 +211,22 @@ def aggregate_json(summary: dict) -> str:
     return json.dumps(strict_json(summary), indent=1, allow_nan=False) + "\n"
 
 
+def measurement_notes(units) -> str:
+    """Markdown naming every unit whose evaluations measured nothing (`views.measured_nothing`),
+    '' when there is none. Such a unit is left out of every comparison (`views.study_scores`)."""
+    names = env_names(units)
+    lines = [f"- {names[u.meta['env']]} / {label(u.meta['method'])}: {text}\n"
+             for u in units if (text := measured_nothing(u))]
+    if not lines:
+        return ""
+    return ("Evaluations that measured nothing: these units are compared with nothing (not measured, never a "
+            "tie). Evaluate several episodes (ppo.eval_episodes), with the sampled policy "
+            "(ppo.eval_policy = 'sampled') or for more steps (ppo.eval_steps).\n\n" + "".join(lines))
+
+
 def summary(units) -> str:
-    """The results and success tables (Markdown) of a study's units, then the methods' legend."""
-    return results_table(units) + "\n" + success_table(units) + "\n" + method_legend(grouped(units)[1]) + "\n"
+    """The results and success tables (Markdown) of a study's units, then the methods' legend
+    and the units whose evaluations measured nothing."""
+    text = results_table(units) + "\n" + success_table(units) + "\n" + method_legend(grouped(units)[1]) + "\n"
+    notes = measurement_notes(units)
+    return text + ("\n" + notes if notes else "")

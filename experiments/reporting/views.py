@@ -18,6 +18,8 @@ def grouped(units: list[UnitResult]) -> tuple[list[str], list[str], dict]:
     return envs, methods, {(u.meta["env"], u.meta["method"]): u for u in units}
 
 
+ALL = "all environments"  # the scope of a figure over every environment (claims, verdict)
+
 BACKENDS = {"brax": "Brax", "gymnax": "gymnax", "gymnasium": "Gymnasium"}
 
 
@@ -69,6 +71,29 @@ def final_eval(unit: UnitResult) -> np.ndarray:
     return unit.eval_reward[:, -1]
 
 
+def number_text(x: float) -> str:
+    """A score as it is, without rounding or exponent: 0 -> '0', 9.5 -> '9.5', -200 -> '-200'."""
+    return np.format_float_positional(float(x), trim="-")
+
+
+def measured_nothing(unit: UnitResult) -> str | None:
+    """The one judge of a unit whose evaluations measured nothing: every finite evaluation
+    reward sum of the (S, E) eval_reward, every seed and every evaluation, is the same number
+    (at least two of them), e.g. a sparse reward that no evaluation episode reached. Returns
+    what to say ('every evaluation scored 0: the evaluation measured nothing'; with the count
+    of NaN ones when some seeds have none), None when the evaluations differ or there are
+    fewer than two finite ones (no evaluation, or only NaN: not this flag's business)."""
+    x = np.asarray(unit.eval_reward, np.float64).ravel()
+    ok = np.isfinite(x)
+    if ok.sum() < 2 or np.any(x[ok] != x[ok][0]):
+        return None
+    score = number_text(x[ok][0])
+    if ok.all():
+        return f"every evaluation scored {score}: the evaluation measured nothing"
+    return (f"every evaluation with a score scored {score} ({int((~ok).sum())} of {x.size} had none): "
+            f"the evaluation measured nothing")
+
+
 def final_train(unit: UnitResult) -> np.ndarray:
     """(S,) the training reward at the final iteration."""
     return unit.train_reward[:, -1]
@@ -84,6 +109,8 @@ BASELINE = "hypercontroller"
 
 
 def study_scores(units) -> dict[str, dict[str, np.ndarray]]:
-    """method -> env -> (S,) final evaluation reward sums, methods in table order."""
+    """method -> env -> (S,) final evaluation reward sums, methods in table order. A unit whose
+    evaluations measured nothing (`measured_nothing`) is left out: it is compared with nothing."""
     envs, methods, by = grouped(units)
-    return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by} for m in methods}
+    return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by and not measured_nothing(by[(env, m)])}
+            for m in methods}

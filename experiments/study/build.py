@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from agents import envs
-from experiments.study import methods, own_envs
+from experiments.study import methods, own_envs, protocol
 from experiments.study.plan import Plan, tuner_options
 from hcjax import make_population, make_tuner
 
@@ -26,6 +26,8 @@ def _registry_environment(name: str):
 
 
 def make_method(plan: Plan, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):
-    """The Tuner or Population of `method` with this study's options."""
-    make = make_population if methods.is_population(method) else make_tuner
-    return make(method, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
+    """The Tuner or Population of a unit's `method` (its base's, `protocol.kind`; a poor default
+    is `fixed` at its values) with this study's options."""
+    name = protocol.tuner_method(protocol.kind(method).base)
+    make = make_population if methods.is_population(name) else make_tuner
+    return make(name, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))

@@ -9,10 +9,10 @@ import jax
 
 from agents.ppo import METRIC_KEYS, PPOConfig, check_space, make_learner
 from agents.ppo.config import check_batch_options
-from experiments.study import build
+from experiments.study import build, protocol
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB, make_method
 from experiments.study.methods import ALL_METHODS, is_population
-from experiments.study.plan import EnvChoice, Plan, ppo_options, unit_groups
+from experiments.study.plan import EnvChoice, Plan, ppo_options, reads_results, unit_groups, unit_seeds
 from hcjax import Space, make_tuner
 
 WORKSPACE_FACTOR = 4  # an iteration's XLA temporaries, relative to the state and trajectory (generous)
@@ -48,23 +48,27 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
                          f"methods: {', '.join(ALL_METHODS)}")
     tuners = {m: make_method(plan, m, memory_limit_gib)
-              for m in dict.fromkeys(list(plan.preset.methods) + list(plan.preset.tuner))}
+              for m in dict.fromkeys(list(plan.methods) + list(plan.preset.tuner))
+              if not (reads_results(m) or protocol.kind(m).base == protocol.SWEEP)}
     populations = [m for m in plan.preset.methods if is_population(m)]
     if populations:
         host = [e.label for e in plan.envs if e.path == "gymnasium"]
         if host:
             raise ValueError(f"population methods {populations} run on JAX environments only (the agent axis is "
                              f"one program); gymnasium environments {host} run on the host")
-        if plan.preset.seeds % jax.device_count():
-            raise ValueError(f"population methods {populations}: seeds ({plan.preset.seeds}) must be a multiple of "
-                             f"the device count ({jax.device_count()}): the population is exactly the seeds")
+        for count, what in ((plan.preset.seeds, "seeds"), (len(plan.test_ids), "test_seeds")):
+            if count % jax.device_count():
+                raise ValueError(f"population methods {populations}: {what} ({count}) must be a multiple of the "
+                                 f"device count ({jax.device_count()}): the population is exactly the seeds")
     for env, methods in unit_groups(plan):
         base = agent_bytes(configs[env.label], env, space)
-        agents = len(methods) * plan.preset.seeds
+        agents = sum(len(unit_seeds(plan, m)) for m in methods)
         if is_population(methods[0]):
-            tuner_bytes = tuners[methods[0]].memory_bytes(plan.preset.seeds) / plan.preset.seeds
-        else:
-            tuner_bytes = sum(tuners[m].memory_bytes for m in methods)  # a fused agent holds every method's state
+            tuner_bytes = tuners[methods[0]].memory_bytes(agents) / agents
+        elif methods[0] in tuners:  # a fused agent holds every method's state (a method's test units: the same)
+            tuner_bytes = sum(tuners[m].memory_bytes for m in {protocol.kind(m).base: m for m in methods}.values())
+        else:  # a schedule: its table is shared by the agents, each holds two counters
+            tuner_bytes = 4 * plan.preset.iterations * space.h * len(methods) * plan.preset.seeds / agents
         total = agents * (base + tuner_bytes)
         if total > memory_limit_gib * 2**30:
             raise ValueError(

@@ -13,6 +13,7 @@ study directory (`store`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 import traceback
@@ -23,84 +24,117 @@ import jax
 import numpy as np
 
 from experiments import deps
-from experiments.study import interrupts
+from experiments.reporting.views import final_eval
+from experiments.study import interrupts, protocol
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checkpoints import Checkpoint
 from experiments.study.devices import padded_count
 from experiments.study.keys import config_key
 from experiments.study.loops import run_host_unit, run_jax_unit
-from experiments.study.plan import EnvChoice, Plan, merge_configs, study_config, unit_config, unit_groups, unit_keys
+from experiments.study.plan import (
+    EnvChoice,
+    Plan,
+    merge_configs,
+    reads_results,
+    source_method,
+    study_config,
+    tuner_options,
+    unit_config,
+    unit_groups,
+    unit_keys,
+    unit_seeds,
+)
 from experiments.study.presets import check_unit_names
 from experiments.study.programs import evaluation_programs, tuner_programs, unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
-from experiments.study.store import StudyDir, UnitResult
+from experiments.study.store import StudyDir, UnitResult, load_unit
 from experiments.study.tensorboard import UnitGroupScalars
 
 
 def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, str],
               on_segment: Callable[[int], None] = lambda k: None,
               memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None,
-              tensorboard: Path | None = None, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
-    """Train every seed of the units (env, method) of `methods` (resuming from
-    `checkpoint` when it holds one) and measure each tuner's tuning time.
+              tensorboard: Path | None = None, warn: Callable[[str], None] | None = None,
+              source: Callable[[str], UnitResult] | None = None) -> list[UnitResult]:
+    """Train every row of the units (env, method) of `methods` (resuming from `checkpoint`
+    when it holds one) and measure each tuner's tuning time.
 
-    One method: its seeds are one vmapped program. Several methods (the study's
-    `fuse_methods`, JAX envs only): all of them in ONE program, compiled once, with a
-    stacked tuner (hcjax.tuners.stacked) whose method is chosen per agent: agent
-    m * seeds + i runs method m with seed i, and gets the numbers it would get alone.
-    keys: method -> the unit's config key. tensorboard: a directory for live scalars
+    One unit: its rows (`plan.unit_seeds`: seeds, or the sweep's configurations x seeds) are
+    one vmapped program. Several units (the study's `fuse_methods`, JAX envs only): all in ONE
+    program, compiled once, with a stacked tuner (hcjax.tuners.stacked) whose method is chosen
+    per agent; the units' rows follow each other (a method's tuning and test units share its
+    tuner), and each agent gets the numbers it would get alone. Units that read other units'
+    results (`plan.reads_results`: the replays and the sweep's incumbent) run the schedules of
+    `source(method)` (the finished UnitResult of that method on this environment) as one
+    program. keys: method -> the unit's config key. tensorboard: a directory for live scalars
     (`experiments.study.tensorboard`), or None; warn: receives its one message if it fails
     (live logging then stops, the units go on)."""
     p = plan.preset
     t0 = time.perf_counter()
-    kept = unit_programs(plan, env, methods, memory_limit_gib)  # a rerun of this configuration compiles nothing
+    rows = [unit_seeds(plan, m) for m in methods]
+    schedules, which, replayed = None, None, {}
+    if reads_results(methods[0]):
+        if source is None:
+            raise ValueError(f"{env.label} / {'+'.join(methods)}: replayed units need their source units")
+        schedules, which, replayed = replay_rows(plan, methods, source)
+    kept = unit_programs(plan, env, methods, memory_limit_gib, schedules)  # a rerun compiles nothing
     environment, learner, tuners, population = kept.environment, kept.learner, kept.tuners, kept.population
-    S, M = p.seeds, len(methods)
-    seeds = np.arange(S)
+    if methods == [protocol.SWEEP]:
+        which = np.repeat(np.arange(tuner_options(plan, protocol.SWEEP)["configurations"]), len(rows[0]) //
+                          tuner_options(plan, protocol.SWEEP)["configurations"])
+    elif kept.branches is not None:
+        which = np.concatenate([np.full(len(r), b) for r, b in zip(rows, kept.branches)])
+    ids = np.concatenate(rows)
+    n_real = len(ids)
     on_record = (lambda record: None) if tensorboard is None else \
-        UnitGroupScalars(tensorboard, env.label, methods, S, tuners[0].space, p.iterations, warn)
+        UnitGroupScalars(tensorboard, env.label, methods, [len(r) for r in rows], plan.space, p.iterations, warn)
     if environment.host:
-        if M > 1:
+        if len(methods) > 1:
             raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
-        ids, n_dev = seeds, 1
+        n_dev = 1
         out = run_host_unit(learner, learner.tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint,
                             on_record=on_record)
     else:
         n_dev = len(jax.devices())
-        n = padded_count(M * S, n_dev)
-        ids = np.concatenate([np.tile(seeds, M), S + np.arange(n - M * S)])
-        which = np.concatenate([np.repeat(np.arange(M), S), np.zeros(n - M * S, np.int64)]).astype(np.int32)
+        n = padded_count(n_real, n_dev)
+        ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - n_real)])
+        if which is not None:
+            which = np.concatenate([which, np.zeros(n - n_real, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
-                           checkpoint=checkpoint, which=which if M > 1 else None, population=population,
-                           on_record=on_record, program=kept.program,
-                           shared=evaluation_programs(plan, env, environment))
+                           checkpoint=checkpoint, which=which, population=population, on_record=on_record,
+                           program=kept.program, shared=evaluation_programs(plan, env, environment))
     if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
         out.update(lineage_iteration=np.zeros(0, np.int32), lineage_parent=np.zeros((len(ids), 0), np.int32),
                    lineage_objective=np.zeros((len(ids), 0), np.float32))
     train_seconds = float(out["train_seconds"])
-    results = []
-    for m, (method, sub) in enumerate(zip(methods, tuners)):
-        rows = slice(m * S, (m + 1) * S)
+    results, start = [], 0
+    for method, sub, seeds in zip(methods, tuners, rows):
+        part = slice(start, start + len(seeds))
+        start += len(seeds)
 
         def cut(name, dtype):
-            return np.asarray(out[name][rows], dtype)  # noqa: B023 - called within the iteration
+            return np.asarray(out[name][part], dtype)  # noqa: B023 - called within the iteration
 
-        if population is None:
+        if sub is None:  # a schedule decides nothing
+            tuner_time = np.zeros(p.iterations)
+        elif population is None:
             tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every,
-                                            program=tuner_programs(plan, method, memory_limit_gib))
+                                            program=tuner_programs(plan, protocol.kind(method).base,
+                                                                   memory_limit_gib))
         else:
             tuner_time = measure_population_time(sub, out["lineage_iteration"], out["lineage_objective"],
                                                  p.iterations, program=kept.program)
         meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
-                    config=unit_config(plan, env, method), hparam_names=list(sub.space.names),
-                    fast_compile=bool(p.fast_compile), n_agents=int(len(ids)), n_devices=int(n_dev),
-                    devices=[str(d) for d in jax.devices()],
-                    train_seconds=train_seconds, unit_seconds=float(time.perf_counter() - t0),
-                    tuner_seconds=float(tuner_time.sum()),
+                    config=unit_config(plan, env, method), hparam_names=list(plan.space.names),
+                    phase=protocol.kind(method).phase, fast_compile=bool(p.fast_compile), n_agents=int(len(ids)),
+                    n_devices=int(n_dev), devices=[str(d) for d in jax.devices()],
+                    train_seconds=train_seconds, run_seconds=train_seconds / n_real,
+                    unit_seconds=float(time.perf_counter() - t0), tuner_seconds=float(tuner_time.sum()),
                     tuning_time="host CPU replay of tell(+ask) for all agents with the run's objectives; "
                                 "seconds per iteration, compilation excluded")
-        if M > 1:
+        meta.update(protocol_meta(plan, method, replayed))
+        if len(methods) > 1:
             meta["fused_with"] = list(methods)
         if "segment_seconds" in out:
             meta["segment_seconds"] = [float(x) for x in out["segment_seconds"]]
@@ -116,6 +150,52 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
                 lineage_parent=np.asarray(out["lineage_parent"], np.int32),
                 lineage_objective=np.asarray(out["lineage_objective"], np.float32)))))
     return results
+
+
+def replay_rows(plan: Plan, methods: list[str], source: Callable[[str], UnitResult]) \
+        -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
+    """The schedules of a group of `reads_results` units: (table (R, T, h) tuner values, row
+    (n,) int of every agent of the group, {method: what it replays}). The sweep's incumbent
+    (`protocol.incumbent`) is one constant row; a replay's agent j runs row j mod S of its
+    source's S schedules (`experiments.study.schedules`)."""
+    T, tables, rows, replayed, start = plan.preset.iterations, [], [], {}, 0
+    for method in methods:
+        src = source(source_method(method))
+        n = len(unit_seeds(plan, method))
+        if protocol.kind(method).base == protocol.SWEEP:
+            configurations = np.asarray(src.meta["sweep"]["configurations"], np.float32)
+            best = protocol.incumbent(final_eval(src), np.asarray(src.meta["sweep"]["configuration"]))
+            table = np.broadcast_to(configurations[best], (1, T, plan.space.h))
+            replayed[method] = dict(incumbent=dict(
+                configuration=int(best), values=configurations[best].tolist(),
+                hyperparameters=plan.space.names_to_values(configurations[best]),
+                tuning_mean=float(protocol.configuration_means(final_eval(src),
+                                                               np.asarray(src.meta["sweep"]["configuration"]))[best])))
+        else:
+            table = np.asarray(src.hparams, np.float32)
+            replayed[method] = dict(source=dict(unit=src.meta["method"], config_key=src.meta.get("config_key")))
+        tables.append(table)
+        rows.append(start + np.arange(n) % len(table))
+        start += len(table)
+    return np.concatenate(tables), np.concatenate(rows), replayed
+
+
+def protocol_meta(plan: Plan, method: str, replayed: dict[str, dict]) -> dict:
+    """What a unit's meta says of its place in the protocol: the sweep's configurations (tuner
+    values (N, h), seeds per configuration, each row's configuration), a replay's source, the
+    incumbent's configuration, a poor default's values."""
+    base = protocol.kind(method).base
+    if method == protocol.SWEEP:
+        options = tuner_options(plan, method)
+        configurations = protocol.sweep_configurations(plan.space, options)
+        return dict(sweep=dict(configurations=configurations.tolist(), seeds=options["seeds"],
+                               configuration=np.repeat(np.arange(options["configurations"]),
+                                                       options["seeds"]).tolist()),
+                    runs=int(options["configurations"] * options["seeds"]))
+    if base.startswith(protocol.POOR):
+        name = base[len(protocol.POOR):]
+        return dict(poor_default=dict(name=name, values=dict(plan.preset.poor_defaults[name])))
+    return dict(replayed.get(method, {}))
 
 
 def prepare(plan: Plan, store: StudyDir,
@@ -186,6 +266,18 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
     progress = progress and writer
     paths = []
     study_key = config_key(study_config(plan))
+    trained: dict[tuple[str, str], UnitResult] = {}  # this run's units, for the units that read them
+
+    def source(env_label: str, method: str) -> UnitResult:
+        """The finished unit (env, method): trained in this run, else read from the directory."""
+        if (env_label, method) in trained:
+            return trained[(env_label, method)]
+        path = store.unit_path(env_label, method)
+        if not path.is_file():
+            raise ValueError(f"{env_label} / {method} is not finished (it failed or has not run): the units that "
+                             f"replay it wait for it; run the study again")
+        return load_unit(path)
+
     with Progress(len(plan.units), "units", "unit", enabled=progress, position=0) as bar:
         for env, methods in unit_groups(plan):
             interrupts.check()  # a stop whose exception was dropped (experiments.study.interrupts)
@@ -214,7 +306,7 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                                         on_segment=on_segment, memory_limit_gib=memory_limit_gib,
                                         checkpoint=checkpoint,
                                         tensorboard=store.path / "tensorboard" if tensorboard and writer else None,
-                                        warn=log)
+                                        warn=log, source=functools.partial(source, env.label))
             except Exception as e:
                 if failures is None:
                     raise
@@ -223,6 +315,7 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                 continue
             for result in results:
                 result.meta["study_key"] = study_key
+                trained[(env.label, result.meta["method"])] = result
                 if writer:
                     paths.append(store.save_unit(result))
                 log(f"done {env.label} / {result.meta['method']}: {result.meta['unit_seconds']:.1f} s, of which "

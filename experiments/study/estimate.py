@@ -26,8 +26,8 @@ import numpy as np
 
 from agents.ppo import PPOConfig
 from agents.ppo.config import largest_batch
-from experiments.study import build
-from experiments.study.plan import Plan, ppo_options, unit_groups
+from experiments.study import build, protocol
+from experiments.study.plan import Plan, ppo_options, unit_groups, unit_seeds
 from experiments.study.presets import SMALL_PPO
 
 # Calibrated on the 2-core CPU from three runs (smoke, the smallest study, a cpu_learn unit),
@@ -108,13 +108,15 @@ def contention(samples: int = 5, seconds: float = 0.04) -> float:
     return max(1.0, float(np.median(ratios)))
 
 
-def group_seconds(plan: Plan, env, n_methods: int) -> tuple[int, float]:
-    """(frames, seconds at calibration speed) of one unit group."""
+def group_seconds(plan: Plan, env, methods: list[str]) -> tuple[int, float]:
+    """(frames, seconds at calibration speed) of one unit group (its units' rows are its agents;
+    a fused group's program grows with its distinct methods)."""
     p = plan.preset
     config = PPOConfig(**ppo_options(plan, env))
     built = build.environment(env.make)
     frames = largest_frames(config, plan.space)
-    agents = n_methods * p.seeds
+    agents = sum(len(unit_seeds(plan, m)) for m in methods)
+    n_methods = len({protocol.kind(m).base for m in methods})
     net = multiply_adds(config, built.obs_size, max(built.action_size, 1)) * MULTIPLY_ADD_SECONDS
     per_frame = ENV_SECONDS.get(env.path, ENV_SECONDS["gymnax"]) + net * (1 + 3 * config.update_epochs)
     steps = frames / config.num_envs
@@ -134,7 +136,7 @@ def estimate(plan: Plan, finished: set[tuple[str, str]] = frozenset(), speed: fl
     for env, methods in unit_groups(plan):
         pending = [m for m in methods if (env.label, m) not in finished]
         if pending:
-            f, s = group_seconds(plan, env, len(pending))
+            f, s = group_seconds(plan, env, pending)
             frames, seconds, groups = frames + f, seconds + s, groups + 1
     return Estimate(frames=frames, seconds=seconds * speed, groups=groups, speed=speed,
                     small_ppo=dict(plan.preset.ppo) == dict(SMALL_PPO))

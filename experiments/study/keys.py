@@ -12,7 +12,8 @@ import json
 
 import numpy as np
 
-STUDY_EXCLUDED = ("env", "method", "tuner")  # unit-config fields that may differ within a study
+# unit-config fields that may differ within a study; "unit": a test unit's phase, seeds and source
+STUDY_EXCLUDED = ("env", "method", "tuner", "unit")
 
 
 def jsonable(x):

@@ -1,10 +1,11 @@
 """The one table of methods: every tuner and population method a study can run.
 
 A row: `name` (its name in hcjax's registries: `hcjax.available()` for per-agent tuners,
-`hcjax.populations()` for population methods), `label` (tables and figures), `color`
-(figures; None: matplotlib's next colour), `population` (a population method over a
-unit's seeds rather than one tuner per agent), `paper` (one of the paper's six compared
-methods), and the options a study or benchmark derives for it (`options`): `budget`
+`hcjax.populations()` for population methods; a `study` method is the study's own, in no
+registry: the `sweep` of static configurations, `experiments.study.protocol`), `label` (tables
+and figures), `color` (figures; None: matplotlib's next colour), `population` (a population
+method over a unit's seeds rather than one tuner per agent), `paper` (one of the paper's six
+compared methods), and the options a study or benchmark derives for it (`options`): `budget`
 (HyperBand's budget: the run's number of decisions), `buffer` (the GP ring buffer),
 `arms` (the HyperController's arms per dimension).
 
@@ -13,6 +14,8 @@ A new tuner: its own file in hcjax/tuners/ and one row here.
 from __future__ import annotations
 
 import dataclasses
+
+from experiments.study import protocol
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,10 +30,11 @@ class Method:
     budget: bool = False  # takes `budget`: the number of decisions of the run
     buffer: bool = False  # takes `buffer`: the size of its GP ring buffer
     arms: bool = False  # takes `d`: arms per dimension of its grid
+    study: bool = False  # the study's own method (no registry tuner): the sweep
 
 
-# In the order of tables and figures: the paper's six, the fixed-default reference, then the
-# population methods (not in the paper).
+# In the order of tables and figures: the paper's six, the fixed-default reference, the sweep of
+# static configurations, then the population methods (not in the paper).
 TABLE = (
     Method("hypercontroller", "HC", "tab:red", paper=True, arms=True),
     Method("random", "R", "tab:blue", paper=True),
@@ -39,6 +43,7 @@ TABLE = (
     Method("hyperband", "HB", "tab:orange", paper=True, budget=True),
     Method("random_start", "RS", "tab:brown", paper=True),
     Method("fixed", "Fixed", "tab:gray"),
+    Method("sweep", "Sweep", "tab:olive", study=True),
     Method("pbt", "PBT", population=True),
     Method("pb2_population", "PB2-pop", population=True),
     Method("hypercontroller_shared", "HC-shared", population=True),
@@ -46,25 +51,34 @@ TABLE = (
 BY_NAME = {m.name: m for m in TABLE}
 
 PAPER_METHODS = tuple(m.name for m in TABLE if m.paper)  # the six compared methods of the paper
-METHODS = tuple(m.name for m in TABLE if not m.population)  # per-agent tuners: the paper's six + fixed
+METHODS = tuple(m.name for m in TABLE if not (m.population or m.study))  # per-agent tuners: the paper's six + fixed
 POPULATION_METHODS = tuple(m.name for m in TABLE if m.population)  # population-based training over the seeds
-ALL_METHODS = METHODS + POPULATION_METHODS
+STUDY_METHODS = tuple(m.name for m in TABLE if m.study)  # the study's own: the sweep
+ALL_METHODS = METHODS + STUDY_METHODS + POPULATION_METHODS
 GP_METHODS = tuple(m.name for m in TABLE if m.buffer)
 
 
 def label(name: str) -> str:
-    """The method's short label (its name when it is not in the table)."""
-    return BY_NAME[name].label if name in BY_NAME else name
+    """The short label of a unit's method (`protocol.kind`): the table's label of its base (the
+    name itself when it is not in the table; "Fixed:<name>" for a poor default), with " replay"
+    for a replayed schedule and "@test" on the test seeds."""
+    k = protocol.kind(name)
+    base = BY_NAME[k.base].label if k.base in BY_NAME else \
+        "Fixed:" + k.base[len(protocol.POOR):] if k.base.startswith(protocol.POOR) else k.base
+    return base + (" replay" if k.replay else "") + ("@test" if k.phase == protocol.TEST_PHASE else "")
 
 
 def color(name: str) -> str | None:
-    """The method's colour in figures; None: not fixed (matplotlib's colour cycle)."""
-    return BY_NAME[name].color if name in BY_NAME else None
+    """The colour in figures of a unit's method: its base's (None: not fixed, matplotlib's colour cycle)."""
+    base = protocol.kind(name).base
+    return BY_NAME[base].color if base in BY_NAME else None
 
 
 def is_population(name: str) -> bool:
-    """A population method (hcjax.populations()) rather than a per-agent tuner."""
-    return name in BY_NAME and BY_NAME[name].population
+    """A unit of a population method (hcjax.populations()) rather than of a per-agent tuner (a
+    replay of a population method's schedules is not: it replays values, agent by agent)."""
+    k = protocol.kind(name)
+    return not k.replay and k.base in BY_NAME and BY_NAME[k.base].population
 
 
 def options(name: str, *, decisions: int | None = None, buffer: int | None = None,

@@ -12,7 +12,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from experiments.study import methods
+import numpy as np
+
+from experiments.study import methods, protocol
 from experiments.study.keys import config_key, study_part
 from hcjax import Hyperparameter, Space
 
@@ -50,7 +52,11 @@ class Preset:
     one program compiled once (a stacked tuner, the method chosen per agent; each
     agent's numbers are those of its method run alone); env_factories: your own
     environments as importable factories "[LABEL=]package.module:function" (imported and
-    run: `own_envs`), beside `envs`.
+    run: `own_envs`), beside `envs`. test_seeds: a count or a list of seed ids, disjoint from
+    the tuning seeds, on which every method is run again (`experiments.study.protocol`; 0: no
+    test phase); poor_defaults: name -> {hyperparameter: value}, each a `fixed:<name>` unit
+    at the study's defaults with those values (does tuning rescue a poor default?). The
+    method `sweep` runs N static configurations on k tuning seeds (options in `tuner.sweep`).
     """
 
     name: str
@@ -70,10 +76,14 @@ class Preset:
     fast_compile: bool = False
     fuse_methods: bool = False
     env_factories: tuple[str, ...] = ()
+    test_seeds: int | tuple[int, ...] = 0
+    poor_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-able form (for the manifest)."""
         d = dataclasses.asdict(self)
+        d["test_seeds"] = list(self.test_seeds) if isinstance(self.test_seeds, tuple) else self.test_seeds
+        d["poor_defaults"] = {k: dict(v) for k, v in self.poor_defaults.items()}
         d["space"] = [dict(h) for h in self.space]
         d["ppo"], d["tuner"] = dict(self.ppo), {k: dict(v) for k, v in self.tuner.items()}
         d["paths"] = {k: list(v) for k, v in self.paths.items()}
@@ -94,9 +104,20 @@ class Plan:
         return Space(make_hyperparameter(entry) for entry in self.preset.space)
 
     @property
+    def test_ids(self) -> tuple[int, ...]:
+        """The test seed ids (`protocol.test_seed_ids`; () without a test phase)."""
+        return protocol.test_seed_ids(self.preset.test_seeds, self.preset.seeds)
+
+    @property
+    def methods(self) -> list[str]:
+        """Every unit's method name in run order (`protocol.unit_methods`): the study's methods
+        and poor defaults, then, with test seeds, their test units and replays."""
+        return protocol.unit_methods(self.preset.methods, self.preset.poor_defaults, bool(self.test_ids))
+
+    @property
     def units(self) -> list[tuple[EnvChoice, str]]:
         """(env, method) pairs in run order: environment-major."""
-        return [(e, m) for e in self.envs for m in self.preset.methods]
+        return [(e, m) for e in self.envs for m in self.methods]
 
     def to_dict(self) -> dict:
         d = self.preset.to_dict()
@@ -125,13 +146,44 @@ def make_hyperparameter(entry: Mapping) -> Hyperparameter:
 
 
 def tuner_options(plan: Plan, method: str) -> dict[str, Any]:
-    """Options of `method` for this study: those the methods table derives from the run
-    (hyperband's budget is the run's number of decisions, so its brackets complete), then
-    the preset's overrides."""
+    """Options of a unit's method for this study (a test unit or a replay: its base method's):
+    those the methods table derives from the run (hyperband's budget is the run's number of
+    decisions, so its brackets complete), then the preset's overrides; a poor default's are
+    `fixed`'s with its `values` (tuner values); the sweep's are `protocol.sweep_options`."""
     p = plan.preset
-    opts: dict[str, Any] = methods.options(method, decisions=max(1, p.iterations // p.tune_every))
-    opts.update(p.tuner.get(method, {}))
+    base = protocol.kind(method).base
+    if base == protocol.SWEEP:
+        return protocol.sweep_options(p.tuner.get(protocol.SWEEP, {}), p.seeds)
+    name = protocol.tuner_method(base)
+    opts: dict[str, Any] = methods.options(name, decisions=max(1, p.iterations // p.tune_every))
+    opts.update(p.tuner.get(name, {}))
+    if base != name:  # a poor default
+        opts["values"] = poor_values(plan, base).tolist()
     return opts
+
+
+def poor_values(plan: Plan, base: str) -> np.ndarray:
+    """(h,) tuner values of the poor default `fixed:<name>`: the study's default configuration
+    (`fixed`'s values if the study sets them, else the space's defaults) with its values."""
+    space, given = plan.space, plan.preset.tuner.get("fixed", {}).get("values")
+    name = base[len(protocol.POOR):]
+    values = protocol.poor_default_values(space, name, plan.preset.poor_defaults[name])
+    if given is not None:
+        changed = [space.index(n) for n in plan.preset.poor_defaults[name]]
+        values = np.where(np.isin(np.arange(space.h), changed), values, np.asarray(given, np.float32))
+    return values
+
+
+def unit_seeds(plan: Plan, method: str) -> np.ndarray:
+    """(S,) int64 seed ids of a unit's rows: the tuning seeds 0..seeds-1; the sweep's N x k rows
+    (row r: configuration r // k on tuning seed r % k); a test unit's the test seeds."""
+    k = protocol.kind(method)
+    if k.phase == protocol.TEST_PHASE:
+        return np.asarray(plan.test_ids, np.int64)
+    if k.base == protocol.SWEEP:
+        options = tuner_options(plan, method)
+        return np.tile(np.arange(options["seeds"], dtype=np.int64), options["configurations"])
+    return np.arange(plan.preset.seeds, dtype=np.int64)
 
 
 def ppo_options(plan: Plan, env: EnvChoice | None = None) -> dict[str, Any]:
@@ -141,11 +193,22 @@ def ppo_options(plan: Plan, env: EnvChoice | None = None) -> dict[str, Any]:
 
 
 def unit_config(plan: Plan, env: EnvChoice, method: str) -> dict[str, Any]:
-    """Everything that changes a unit's numbers (its config_key is the hash of this)."""
+    """Everything that changes a unit's numbers (its config_key is the hash of this). A study
+    with test seeds names them in every unit (the study's part); a test unit's phase and seeds,
+    and the config key of the unit whose results it reads (a replay's source, the sweep for its
+    incumbent), are under `unit` (the unit's own part)."""
     p = plan.preset
-    return dict(env=dataclasses.asdict(env), method=method, seeds=p.seeds, iterations=p.iterations,
-                eval_every=p.eval_every, tune_every=p.tune_every, space=[dict(h) for h in p.space],
-                ppo=ppo_options(plan), tuner=tuner_options(plan, method))
+    config = dict(env=dataclasses.asdict(env), method=method, seeds=p.seeds, iterations=p.iterations,
+                  eval_every=p.eval_every, tune_every=p.tune_every, space=[dict(h) for h in p.space],
+                  ppo=ppo_options(plan), tuner=tuner_options(plan, method))
+    if plan.test_ids:
+        config["test_seeds"] = list(plan.test_ids)
+    k = protocol.kind(method)
+    if k.phase == protocol.TEST_PHASE:
+        config["unit"] = dict(phase=k.phase, seeds=list(plan.test_ids))
+        if k.replay or k.base == protocol.SWEEP:
+            config["unit"]["source"] = config_key(unit_config(plan, env, k.base))
+    return config
 
 
 def study_config(plan: Plan) -> dict[str, Any]:
@@ -160,18 +223,35 @@ def unit_keys(plan: Plan) -> dict[tuple[str, str], str]:
 
 
 def unit_groups(plan: Plan) -> list[tuple[EnvChoice, list[str]]]:
-    """(env, methods) run as one program each: every method alone, or, with the study's
-    fuse_methods, all per-agent methods of a JAX environment together (compiled once);
-    population methods always run alone."""
+    """(env, methods) run as one program each, in run order. Every unit alone, or, with the
+    study's fuse_methods, all units of per-agent tuners of a JAX environment together (compiled
+    once; a method's tuning and test units included); population methods and the sweep always
+    run alone. The units that read other units' results (the replays and the sweep's incumbent,
+    `protocol`) come last, as one program of replayed schedules."""
     groups = []
     for env in plan.envs:
-        fused = [m for m in plan.preset.methods if not methods.is_population(m)]
-        if plan.preset.fuse_methods and env.path != "gymnasium" and len(fused) > 1:
-            groups.append((env, fused))
-            groups += [(env, [m]) for m in plan.preset.methods if methods.is_population(m)]
+        names = [m for m in plan.methods if not reads_results(m)]
+        agentwise = [m for m in names if not methods.is_population(m) and protocol.kind(m).base != protocol.SWEEP]
+        if plan.preset.fuse_methods and env.path != "gymnasium" and len(agentwise) > 1:
+            groups.append((env, agentwise))
+            groups += [(env, [m]) for m in names if m not in agentwise]
         else:
-            groups += [(env, [m]) for m in plan.preset.methods]
+            groups += [(env, [m]) for m in names]
+        replayed = [m for m in plan.methods if reads_results(m)]
+        if replayed:
+            groups.append((env, replayed))
     return groups
+
+
+def reads_results(method: str) -> bool:
+    """A unit run from other units' results: a replay, or the sweep's incumbent on the test seeds."""
+    k = protocol.kind(method)
+    return k.replay or (k.base == protocol.SWEEP and k.phase == protocol.TEST_PHASE)
+
+
+def source_method(method: str) -> str:
+    """The unit whose results a `reads_results` unit reads: its base method's tuning unit."""
+    return protocol.kind(method).base
 
 
 def merge_configs(old: dict, new: dict) -> dict:

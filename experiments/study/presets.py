@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import envs as agent_envs
-from experiments.study import own_envs
+from experiments.study import own_envs, protocol
 from experiments.study.methods import ALL_METHODS, METHODS
-from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter
+from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter, poor_values, tuner_options
 from experiments.study.store import unit_name
 from hcjax import Space, ppo_space
 
@@ -345,7 +345,28 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     check_unit_names(labels)
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
-    return Plan(preset=p, envs=choices)
+    return check_protocol(Plan(preset=p, envs=choices))
+
+
+def check_protocol(plan: Plan) -> Plan:
+    """The plan, after the checks of its tuning/test protocol (`protocol`; ValueError): test
+    seeds, poor defaults, the sweep's options, what runs where, and one file name per unit."""
+    p = plan.preset
+    if not isinstance(p.poor_defaults, Mapping) or not all(isinstance(v, Mapping) for v in p.poor_defaults.values()):
+        raise ValueError(f"poor_defaults must be a table of name = {{hyperparameter = value}}, got {p.poor_defaults!r}")
+    test_ids = plan.test_ids
+    for name in p.poor_defaults:
+        poor_values(plan, protocol.POOR + name)
+    if protocol.SWEEP in p.methods or protocol.SWEEP in p.tuner:
+        tuner_options(plan, protocol.SWEEP)
+    protocol.check(p.methods, p.poor_defaults, test_ids, {e.label: e.path for e in plan.envs})
+    files: dict[str, str] = {}
+    for method in plan.methods:
+        other = files.setdefault(unit_name("", method).casefold(), method)
+        if other != method:
+            raise ValueError(f"methods {other!r} and {method!r} would share unit files (units/"
+                             f"{unit_name('ENV', method)}.npz): rename the poor default")
+    return plan
 
 
 def check_unit_names(labels: Sequence[str], existing: Sequence[str] = ()) -> None:

@@ -36,11 +36,20 @@ import jax
 
 from agents.population import PopulationLoop, population_objective
 from agents.ppo import PPOConfig, make_learner
-from experiments.study import build
+from experiments.study import build, protocol
 from experiments.study.keys import config_key
 from experiments.study.methods import is_population
-from experiments.study.plan import EnvChoice, Plan, ppo_options, tuner_options
+from experiments.study.plan import (
+    EnvChoice,
+    Plan,
+    ppo_options,
+    reads_results,
+    tuner_options,
+    unit_config,
+    unit_seeds,
+)
 from hcjax.population.sharding import agent_mesh
+from hcjax.tuners.schedule import schedule
 from hcjax.tuners.stacked import stack
 
 MAX_KEPT = 16
@@ -51,13 +60,16 @@ KEY_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_disable_m
 @dataclasses.dataclass
 class UnitPrograms:
     """What a unit group trains with: its `environment`, `learner` (one tuner, a stacked
-    tuner of several methods, or a population method's), `tuners` (one per method),
-    `population` (a PopulationLoop over the seeds, or None) and the programs built so far
-    (`program`)."""
+    tuner of several methods, a population method's, or a `schedule` of static configurations:
+    the sweep's, or the replayed schedules of `plan.reads_results` units), `tuners` (one per
+    unit: the tuner it runs, None for a schedule), `branches` (per unit, its tuner's index in the
+    stacked tuner, or None when the learner's tuner is not stacked), `population` (a
+    PopulationLoop over the seeds, or None) and the programs built so far (`program`)."""
 
     environment: Any
     learner: Any
     tuners: list
+    branches: list[int] | None
     population: PopulationLoop | None
     programs: dict = dataclasses.field(default_factory=dict)
 
@@ -104,37 +116,56 @@ def _environment_config(plan: Plan, env: EnvChoice) -> dict:
 
 
 def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> str:
-    """The hash of everything but the environment object that the programs of (env, methods) are built from."""
+    """The hash of everything but the environment object that the programs of (env, methods) are
+    built from (a replayed schedule's: its source unit's configuration key)."""
     p = plan.preset
+    sources = [unit_config(plan, env, m)["unit"].get("source") if reads_results(m) else None for m in methods]
     return config_key(dict(_environment_config(plan, env), methods=list(methods),
                            tuner={m: tuner_options(plan, m) for m in methods}, seeds=p.seeds,
+                           agents=[len(unit_seeds(plan, m)) for m in methods], sources=sources,
                            tune_every=p.tune_every, memory_limit_gib=float(memory_limit_gib)))
 
 
-def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float) -> UnitPrograms:
+def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float,
+                  schedules=None) -> UnitPrograms:
     """The UnitPrograms of (env, methods) under `plan`: the one kept for this configuration,
-    or a new one (kept, dropping the least recently used beyond MAX_KEPT)."""
+    or a new one (kept, dropping the least recently used beyond MAX_KEPT). schedules: the
+    (R, T, h) tuner values a group of `reads_results` units replays (its rows: the sources'
+    schedules, named by their configuration keys in the program key)."""
     environment = build.environment(env.make)
     # the entry holds the environment: its id names no other object while kept
     key = (id(environment), program_key(plan, env, methods, memory_limit_gib))
-    return _keep(_KEPT, key, lambda: _new_unit_programs(plan, env, methods, memory_limit_gib, environment))
+    return _keep(_KEPT, key, lambda: _new_unit_programs(plan, env, methods, memory_limit_gib, environment,
+                                                        schedules))
 
 
 def _new_unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float,
-                       environment) -> UnitPrograms:
+                       environment, schedules) -> UnitPrograms:
     """A new UnitPrograms of (env, methods) under `plan`, built on `environment` (no program yet)."""
     p = plan.preset
     config = PPOConfig(**ppo_options(plan, env))
-    tuners = [build.make_method(plan, m, memory_limit_gib) for m in methods]
-    population = None
+    if reads_results(methods[0]):  # replayed schedules: a value every iteration, so an ask after each one
+        tuner = schedule(plan.space, schedules, memory_limit_gib=memory_limit_gib)
+        learner = make_learner(dataclasses.replace(config, tune_every=1), environment, tuner)
+        return UnitPrograms(environment, learner, [None] * len(methods), None, None)
+    if methods == [protocol.SWEEP]:  # the sweep: one schedule row per configuration, constant in time
+        configurations = protocol.sweep_configurations(plan.space, tuner_options(plan, protocol.SWEEP))
+        tuner = schedule(plan.space, configurations[:, None, :], memory_limit_gib=memory_limit_gib)
+        return UnitPrograms(environment, make_learner(config, environment, tuner), [None], None, None)
     if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
+        tuners = [build.make_method(plan, methods[0], memory_limit_gib)]
         learner = make_learner(config, environment, tuners[0])
         population = PopulationLoop(learner, tuners[0], p.tune_every,
-                                    population_objective(methods[0], config.objective, p.tune_every),
+                                    population_objective(protocol.kind(methods[0]).base, config.objective,
+                                                         p.tune_every),
                                     mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
-    else:
-        learner = make_learner(config, environment, tuners[0] if len(methods) == 1 else stack(tuners))
-    return UnitPrograms(environment, learner, tuners, population)
+        return UnitPrograms(environment, learner, tuners, None, population)
+    bases = list(dict.fromkeys(protocol.kind(m).base for m in methods))  # a method's tuning and test units: one tuner
+    stacked = [build.make_method(plan, base, memory_limit_gib) for base in bases]
+    branches = [bases.index(protocol.kind(m).base) for m in methods]
+    learner = make_learner(config, environment, stacked[0] if len(bases) == 1 else stack(stacked))
+    return UnitPrograms(environment, learner, [stacked[b] for b in branches], branches if len(bases) > 1 else None,
+                        None)
 
 
 def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable[[Hashable, Callable[[], Any]], Any]:

@@ -22,6 +22,7 @@ that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (a
     fast_compile = false
     fuse_methods = false               # all methods of a JAX env in one program
     reductions = ["..."]
+    test_seeds = 10                    # a count (ids from 100 up) or a list of ids: every method again there
 
     [ppo]                              # PPOConfig overrides
     num_envs = 16
@@ -41,6 +42,13 @@ that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (a
 
     [tuner.gp_ucb]                     # per-method tuner options
     buffer = 100
+
+    [tuner.sweep]                      # methods = [..., "sweep"]: N static configurations x k seeds
+    configurations = 32
+    seeds = 3
+
+    [poor_defaults.lr_x10]             # a `fixed:lr_x10` unit: the defaults with these values
+    learning_rate = 1e-2
 
     [paths."HalfCheetah-v4"]           # a study name run as another environment
     make = "halfcheetah"
@@ -156,6 +164,11 @@ def loads(text: str, default_name: str = "study") -> Preset:
             fields[key] = {m: dict(_table(f"tuner.{m}", opts)) for m, opts in _table(key, value).items()}
         elif key == "paths":
             fields[key] = {label: _path(label, entry) for label, entry in _table(key, value).items()}
+        elif key == "poor_defaults":
+            fields[key] = {name: dict(_table(f"poor_defaults.{name}", entry))
+                           for name, entry in _table(key, value).items()}
+        elif key == "test_seeds":
+            fields[key] = _test_seeds(value)
         else:
             fields[key] = value
     return Preset(**fields)
@@ -228,6 +241,15 @@ def _ppo(field, value) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in _table(field, value).items()}
 
 
+def _test_seeds(value) -> int | tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise ValueError(f"'test_seeds' must be a count (test_seeds = 10) or a list of seed ids (test_seeds = [100, 101]), "
+                     f"got {_short(value)}")
+
+
 def _hyperparameter(i: int, entry) -> dict:
     entry = _table(f"space[{i}]", entry)
     unknown = sorted(set(entry) - set(HYPERPARAMETER_KEYS))
@@ -264,6 +286,8 @@ def dumps(preset: Preset) -> str:
         lines.append(f"{key} = {_value(value)}")
     if preset.env_factories:
         lines.append(f"env_factories = {_value(preset.env_factories)}")
+    if preset.test_seeds:
+        lines.append(f"test_seeds = {_value(preset.test_seeds)}")
     lines += ["", "[ppo]"] + [f"{k} = {_value(v)}" for k, v in preset.ppo.items()]  # even empty: see SMALL_PPO
     for entry in preset.space:
         lines += ["", "[[space]]"] + [f"{k} = {_value(v)}" for k, v in entry.items() if v is not None]
@@ -273,6 +297,8 @@ def dumps(preset: Preset) -> str:
         lines += ["", f"[paths.{_key(label)}]", f"make = {_value(make)}", f"why = {_value(why)}"]
     for label, ppo in preset.env_ppo.items():
         lines += ["", f"[env_ppo.{_key(label)}]"] + [f"{k} = {_value(v)}" for k, v in ppo.items()]
+    for name, values in preset.poor_defaults.items():
+        lines += ["", f"[poor_defaults.{_key(name)}]"] + [f"{k} = {_value(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 
 

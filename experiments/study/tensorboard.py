@@ -40,7 +40,7 @@ import socket
 import struct
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -193,19 +193,24 @@ def last_step(directory: Path) -> int:
 
 
 class UnitGroupScalars:
-    """The event files of one unit group: methods[m]'s seed i is agent row m * seeds + i.
+    """The event files of one unit group: methods[m]'s row i (seed_i) is agent row
+    offset_m + i, the units' rows following each other (`seeds`: every unit's row count, or
+    one count for all).
 
     Call it with the group's `Record` when the loop starts (a resumed record: nothing
     already trained is written again) and after every segment, before its checkpoint.
     space: the hyperparameters' `hcjax.Space`; iterations: the unit's length (the HParams
     session is written when it is reached); warn: receives the one message of a fault."""
 
-    def __init__(self, logdir: Path, env: str, methods: list[str], seeds: int, space, iterations: int,
-                 warn: Callable[[str], None] | None = None):
+    def __init__(self, logdir: Path, env: str, methods: list[str], seeds: int | Sequence[int], space,
+                 iterations: int, warn: Callable[[str], None] | None = None):
         if not available():
             raise ValueError('--tensorboard needs tensorboardX, which is not installed: '
                              'pip install "hcjax[tensorboard]"')
-        self.logdir, self.env, self.methods, self.seeds = Path(logdir), env, list(methods), seeds
+        self.logdir, self.env, self.methods = Path(logdir), env, list(methods)
+        counts = [int(seeds)] * len(self.methods) if isinstance(seeds, (int, np.integer)) else [int(n) for n in seeds]
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        self.rows = [range(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]  # each unit's agent rows
         self.space, self.iterations = space, int(iterations)
         self.warn = warn or (lambda msg: warnings.warn(msg, stacklevel=2))
         self.files: dict[str, EventFile] = {}
@@ -217,7 +222,8 @@ class UnitGroupScalars:
     def runs(self) -> list[str]:
         """Run directories relative to logdir: every seed's, then every method's over_seeds."""
         units = [unit_name(self.env, m) for m in self.methods]
-        return [f"{u}/seed_{i}" for u in units for i in range(self.seeds)] + [f"{u}/{OVER_SEEDS}" for u in units]
+        return [f"{u}/seed_{i}" for u, rows in zip(units, self.rows) for i in range(len(rows))] + \
+            [f"{u}/{OVER_SEEDS}" for u in units]
 
     def file(self, run: str) -> EventFile:
         if run not in self.files:
@@ -253,7 +259,7 @@ class UnitGroupScalars:
         lineage = [(int(it), np.asarray(parents)) for it, parents, _ in record.lineage]
         done = record.done
         for m, method in enumerate(self.methods):
-            unit, rows = unit_name(self.env, method), range(m * self.seeds, (m + 1) * self.seeds)
+            unit, rows = unit_name(self.env, method), self.rows[m]
             for i, row in enumerate(rows):
                 run = f"{unit}/seed_{i}"
                 after = self.written[run]

@@ -1,0 +1,359 @@
+"""The verdict: does tuning help, on seeds it never saw? (`hcjax verdict DIR`, `experiments.verdict(DIR)`)
+
+    v = experiments.verdict("results/verdict")
+    v.table        # pandas DataFrame: one row per (phase, environment or ALL, method, comparison)
+    v.markdown     # the tables and sentences as Markdown (what `hcjax verdict` prints)
+    v.sentences    # method -> one plain sentence (test seeds, all environments)
+
+The units of a study with test seeds (experiments.study): tuning-phase units named by their
+method (`hypercontroller`, ..., `fixed` = the study's default, `fixed:<name>` = a poor default,
+`sweep` = N static configurations x k tuning seeds), test-phase units (`protocol.kind`)
+`<method>@test` (fresh runs of an online method; re-runs of `fixed`, `fixed:<name>` and of the
+sweep's incumbent), and `replay_<method>@test` (a method's tuning-seed schedules replayed on
+the test seeds). A run's score is its final evaluation (`views.final_eval`).
+
+Every figure is computed twice: on the test seeds (the claims) and on the tuning seeds (beside
+them, optimistic: the sweep chose its incumbent on those seeds; there the incumbent's runs are
+the sweep's rows of its configuration, `protocol.incumbent`). Per environment and over all
+environments, for every online method M, with D = the default, I = the sweep's incumbent, P =
+a poor default:
+
+    P(M > D), P(M > I)   `stats.probability_of_improvement`: the Mann-Whitney P(x > y) + 0.5
+                         P(x = y) over pairs of runs, averaged over environments
+    share of the sweep's gain   (mean M - mean D) / (mean I - mean D): 1 = as good as the
+                         incumbent, 0 = no better than the default; undefined when the
+                         incumbent does not beat the default
+    recovery from P      (mean M - mean P) / (mean D - mean P): the part of the gap from the poor
+                         default to the default that M closes; undefined when P is not worse
+    cost                 frames (and seconds, meta['run_seconds'] = one run) of one run of M
+                         over the whole sweep's (its N x k runs)
+
+and for the incumbent and each poor default P(> D), for each replayed schedule P(replay > D)
+and P(replay > fresh runs of M). Over all environments the means are of scores normalised per
+environment as the claims page does (`stats.normalise`: min-max over the runs of the phase
+that the verdict compares), each environment weighing the same; P is unchanged by it.
+
+Intervals: 95% percentile intervals of a stratified bootstrap: each (environment, unit)
+stratum's finite runs are resampled with replacement, independently, by the generator
+`stats._rng(seed, environment, the unit's method)`, the same draws for every statistic; a
+share is computed on each replicate from the replicate's means. Replicates whose denominator
+is not positive have no share: if they are more than the interval's tail (2.5%) the interval
+is unbounded (the gain it is a share of is within the noise), else the interval is over the
+others. A stratum of one run cannot vary: such comparisons are 'not testable'. A unit whose
+evaluations all scored the same number (`views.measured_nothing`) measured nothing: its
+comparisons say 'not measured', and it is left out of the all-environment figures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from experiments.reporting import stats as ST
+from experiments.reporting import verdict_text
+from experiments.reporting.tables import strict_json
+from experiments.reporting.verdict_text import (
+    BEATS_DEFAULT,
+    BEATS_FRESH,
+    BEATS_SWEEP,
+    FRAMES,
+    RECOVERY,
+    SECONDS,
+    SHARE,
+)
+from experiments.reporting.views import ALL, final_eval, measured_nothing
+from experiments.study.files import atomic_write_text, check_writable_dir
+from experiments.study.methods import ALL_METHODS
+from experiments.study.protocol import POOR, REPLAY, SWEEP, TEST, TEST_PHASE, TUNING_PHASE, incumbent, kind
+from experiments.study.store import UnitResult, load_units
+from hcjax.extras import require
+
+DEFAULT = "fixed"  # the study's default configuration
+PHASES = (TEST_PHASE, TUNING_PHASE)
+
+
+class NoTestSeeds(ValueError):
+    """The study has no test-phase units: there is nothing to make a claim on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stratum:
+    """The runs of one unit in one environment: what the bootstrap resamples.
+    name: the unit's method (names its generator); scores: (n,) final evaluations (NaN: none);
+    flag: `views.measured_nothing` of the unit (None: it measured something)."""
+
+    name: str
+    scores: np.ndarray
+    flag: str | None
+
+
+Roles = dict  # role (a method without '@test'; 'sweep' = the incumbent's runs) -> env -> Stratum
+
+
+def is_online(role: str) -> bool:
+    """A tuned method (a tuner or a population method), not a reference or a replay."""
+    return role not in (DEFAULT, SWEEP) and not role.startswith((POOR, REPLAY))
+
+
+def roles(units: list[UnitResult], phase: str) -> Roles:
+    """The strata of one phase by role: test units under their method without '@test'; on the
+    tuning seeds the role 'sweep' holds only the incumbent configuration's rows."""
+    out: dict[str, dict[str, Stratum]] = {}
+    for u in units:
+        k = kind(u.meta["method"])
+        if k.phase != phase:
+            continue
+        role, scores = (REPLAY if k.replay else "") + k.base, final_eval(u)
+        if phase == TUNING_PHASE and role == SWEEP:
+            rows = np.asarray(u.meta["sweep"]["configuration"])
+            scores = scores[rows == incumbent(scores, rows)]
+        out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores, measured_nothing(u))
+    order = {m: i for i, m in enumerate(ALL_METHODS)}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0].removeprefix(REPLAY), len(order)),
+                                                    kv[0].startswith(REPLAY), kv[0])))
+
+
+def _scope(sides: list[dict], envs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(environments usable: every side has finite runs there and measured something,
+    environments not measured, flags met) among `envs`."""
+    used, unmeasured, flags = [], [], []
+    for env in envs:
+        strata = [side.get(env) for side in sides]
+        if any(s is None or not ST.finite(s.scores).size for s in strata):
+            continue
+        met = [s.flag for s in strata if s.flag]
+        if met:
+            unmeasured.append(env)
+            flags += [f for f in met if f not in flags]
+        else:
+            used.append(env)
+    return used, unmeasured, flags
+
+
+def _row(kind: str, estimate=float("nan"), ci=(float("nan"),) * 2, status: str = "", envs=(), seeds: int = 0,
+         note: str = "") -> dict:
+    return {"estimate": float(estimate), "low": float(ci[0]), "high": float(ci[1]), "status": status,
+            "envs": list(envs), "seeds": int(seeds), "note": note, "kind": kind}
+
+
+def _seeds(side: dict, envs: list[str]) -> int:
+    """The fewest finite runs of a side over `envs`."""
+    return min((ST.finite(side[e].scores).size for e in envs), default=0)
+
+
+def _not_measured(kind: str, side: dict, unmeasured: list[str], flags: list[str]) -> dict:
+    return _row(kind, status="not measured" if unmeasured else "no shared environment", envs=unmeasured,
+                seeds=_seeds(side, unmeasured), note="; ".join(flags))
+
+
+def probability(a: dict, b: dict, envs: list[str], reps: int, seed: int, confidence: float) -> dict:
+    """P(A > B) over `envs` (env -> Stratum each), with its interval and status: 'better'
+    (interval above 0.5), 'worse', 'not separated', 'not testable' (a stratum of one run),
+    'not measured' (no environment where both measured something)."""
+    used, unmeasured, flags = _scope([a, b], envs)
+    if not used:
+        return _not_measured("probability", a, unmeasured, flags)
+    names = (a[used[0]].name, b[used[0]].name)
+    r = ST.probability_of_improvement({e: a[e].scores for e in used}, {e: b[e].scores for e in used}, names, reps,
+                                      seed, confidence)
+    lo, hi = r["ci"]
+    one_run = min(_seeds(a, used), _seeds(b, used)) < 2
+    status = "not testable" if one_run else "better" if lo > 0.5 else "worse" if hi < 0.5 else "not separated"
+    return _row("probability", r["p"], r["ci"], status, used, _seeds(a, used), _left_out(unmeasured, flags))
+
+
+def _left_out(unmeasured: list[str], flags: list[str]) -> str:
+    return f"left out {', '.join(unmeasured)}: {'; '.join(flags)}" if unmeasured else ""
+
+
+def _means(side: dict, normalised: dict, envs: list[str], reps: int, seed: int) -> tuple[float, np.ndarray]:
+    """(mean over `envs` of the stratum's mean normalised score, (reps,) the same of each
+    bootstrap replicate). normalised: env -> (n,) the side's normalised scores."""
+    point, boot = 0.0, np.zeros(reps)
+    for env in envs:
+        z = ST.finite(normalised[env])
+        point += z.mean()
+        boot += ST.resample_counts(z.size, reps, seed, env, side[env].name) @ z / z.size
+    return point / len(envs), boot / len(envs)
+
+
+def share(m: dict, low: dict, high: dict, normalised: dict, envs: list[str], reps: int, seed: int,
+          confidence: float) -> dict:
+    """(mean M - mean LOW) / (mean HIGH - mean LOW) over `envs` (each side env -> Stratum;
+    normalised: role name -> env -> (n,) scores) with its interval; status 'undefined' (HIGH
+    does not beat LOW), 'unbounded' (too many replicates where it does not), 'not testable'
+    (a stratum of one run) or 'not measured'."""
+    used, unmeasured, flags = _scope([m, low, high], envs)
+    if not used:
+        return _not_measured("share", m, unmeasured, flags)
+    (pm, bm), (pl, bl), (ph, bh) = (_means(s, normalised[s[used[0]].name], used, reps, seed) for s in (m, low, high))
+    note = _left_out(unmeasured, flags)
+    if not ph > pl:
+        return _row("share", status="undefined", envs=used, seeds=_seeds(m, used), note=note)
+    defined = bh > bl
+    tail = (1.0 - confidence) / 2.0
+    if np.mean(~defined) > tail:
+        ci, status = (-np.inf, np.inf), "unbounded"
+    else:
+        ci, status = ST.interval((bm - bl)[defined] / (bh - bl)[defined], confidence), ""
+    if min(_seeds(s, used) for s in (m, low, high)) < 2:
+        status = "not testable"
+    return _row("share", (pm - pl) / (ph - pl), ci, status, used, _seeds(m, used), note)
+
+
+def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """(method, comparison, statistic ('probability' | 'share'), roles compared) of one phase, in
+    the table's order."""
+    out = []
+    poor = [p for p in r if p.startswith(POOR)]
+    for m in [m for m in r if is_online(m)]:
+        if DEFAULT in r:
+            out.append((m, BEATS_DEFAULT, "probability", (m, DEFAULT)))
+        if SWEEP in r:
+            out.append((m, BEATS_SWEEP, "probability", (m, SWEEP)))
+        if DEFAULT in r and SWEEP in r:
+            out.append((m, SHARE, "share", (m, DEFAULT, SWEEP)))
+        if DEFAULT in r:
+            out += [(m, RECOVERY + p.removeprefix(POOR), "share", (m, p, DEFAULT)) for p in poor]
+        if REPLAY + m in r:
+            if DEFAULT in r:
+                out.append((REPLAY + m, BEATS_DEFAULT, "probability", (REPLAY + m, DEFAULT)))
+            out.append((REPLAY + m, BEATS_FRESH, "probability", (REPLAY + m, m)))
+    if DEFAULT in r:
+        out += [(ref, BEATS_DEFAULT, "probability", (ref, DEFAULT)) for ref in [SWEEP] + poor if ref in r]
+    return out
+
+
+def phase_rows(units: list[UnitResult], phase: str, reps: int, seed: int, confidence: float) -> list[dict]:
+    """Every row of one phase: per comparison, all environments first, then each environment."""
+    r = roles(units, phase)
+    envs = list(dict.fromkeys(u.meta["env"] for u in units))
+    measured: dict[str, dict[str, np.ndarray]] = {}
+    for side in r.values():
+        for env, s in side.items():
+            if not s.flag:
+                measured.setdefault(s.name, {})[env] = s.scores
+    normalised = ST.normalise(measured)  # per environment min-max over the runs this phase compares
+    rows = []
+    for method, comparison, statistic, compared in comparisons(r):
+        sides = [r[c] for c in compared]
+        for scope in [ALL] + envs:
+            within = envs if scope == ALL else [scope]
+            if statistic == "probability":
+                row = probability(*sides, within, reps, seed, confidence)
+            else:
+                row = share(*sides, normalised, within, reps, seed, confidence)
+            rows.append({"phase": phase, "env": scope, "method": method, "comparison": comparison, **row})
+    return rows + cost_rows(units, phase, envs)
+
+
+def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict]:
+    """Per online method: the frames and seconds of one of its runs over those of the whole
+    sweep (all N x k rows of the tuning unit `sweep`), per environment and summed over them."""
+    by = {(u.meta["env"], u.meta["method"]): u for u in units}
+    if not any(method == SWEEP for _, method in by):
+        return []  # nothing to weigh a run against
+    methods = [m for m in roles(units, phase) if is_online(m)]
+    name = (lambda m: m + TEST) if phase == TEST_PHASE else (lambda m: m)
+    rows = []
+    for m in methods:
+        for comparison, cost in ((FRAMES, _frames), (SECONDS, _seconds)):
+            per_env = {env: (cost(by[(env, name(m))], one=True), cost(by[(env, SWEEP)], one=False))
+                       for env in envs if (env, name(m)) in by and (env, SWEEP) in by}
+            for scope in [ALL] + envs:
+                pairs = list(per_env.values()) if scope == ALL else [per_env[scope]] if scope in per_env else []
+                known = pairs and all(a is not None and b is not None and b > 0 for a, b in pairs)
+                ratio = sum(a for a, _ in pairs) / sum(b for _, b in pairs) if known else float("nan")
+                rows.append({"phase": phase, "env": scope, "method": m, "comparison": comparison,
+                             **_row("cost", ratio, status="" if known else "n/a",
+                                    envs=[e for e in per_env if scope in (ALL, e)])})
+    return rows
+
+
+def _frames(unit: UnitResult, one: bool) -> float:
+    """Frames of one run of the unit (the mean over its rows), or of all its rows."""
+    per_run = np.asarray(unit.frames, np.float64).sum(axis=1)
+    return float(per_run.mean() if one else per_run.sum())
+
+
+def _seconds(unit: UnitResult, one: bool) -> float | None:
+    """Seconds of one run (meta['run_seconds']), or of all its rows; None when not recorded."""
+    seconds = unit.meta.get("run_seconds")
+    return None if seconds is None else float(seconds) * (1 if one else unit.seeds.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """rows: every number, one dict per (phase, env or ALL, method, comparison) with estimate,
+    low, high, status, envs, seeds (the method's fewest runs in an environment), note;
+    sentences: method -> one plain sentence (test seeds, all environments); flags: 'env /
+    method' -> `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's
+    size ({'configurations': N, 'seeds': k}, {} without a sweep)."""
+
+    rows: list[dict]
+    sentences: dict[str, str]
+    flags: dict[str, str]
+    sweep: dict
+
+    @property
+    def markdown(self) -> str:
+        """The sentences, the test-seed and tuning-seed tables and the flags (headings ###)."""
+        return self.text(level=3)
+
+    def text(self, level: int = 3) -> str:
+        """The Markdown with its headings at `level` (3: ###)."""
+        return verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level)
+
+    def json(self) -> str:
+        """Everything as strict JSON (NaN and infinities as null)."""
+        data = {"rows": self.rows, "sentences": self.sentences, "flags": self.flags, "sweep": self.sweep}
+        return json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n"
+
+    @property
+    def table(self):
+        """The rows as a pandas DataFrame (pandas comes with hcjax[studies])."""
+        require("experiments.verdict(...).table", "pandas")
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=COLUMNS)
+
+
+COLUMNS = ("phase", "env", "method", "comparison", "estimate", "low", "high", "seeds", "status", "envs", "note")
+
+
+def has_test_seeds(units: list[UnitResult]) -> bool:
+    """Whether a study ran units on test seeds (`protocol.kind`): then it has a verdict."""
+    return any(kind(u.meta["method"]).phase == TEST_PHASE for u in units)
+
+
+def sweep_size(units: list[UnitResult]) -> dict:
+    """{'configurations': N, 'seeds': k} of the study's sweep (its tuning unit), {} without one."""
+    for u in units:
+        if u.meta["method"] == SWEEP:
+            return {"configurations": len(u.meta["sweep"]["configurations"]), "seeds": int(u.meta["sweep"]["seeds"])}
+    return {}
+
+
+def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, seed: int = 0,
+            confidence: float = ST.CONFIDENCE, json_path: str | os.PathLike | None = None) -> Verdict:
+    """The verdict of a study directory (or of its units); json_path: also write `Verdict.json()`
+    there (atomically). ValueError before any work when the study has no test-phase units
+    (NoTestSeeds) or json_path cannot be written."""
+    if json_path is not None:
+        if Path(json_path).is_dir():
+            raise ValueError(f"the JSON file {json_path} is a folder; give the name of a file")
+        check_writable_dir(Path(json_path).resolve().parent, "the JSON file's folder")
+    units = load_units(source) if isinstance(source, (str, os.PathLike)) else list(source)
+    if not has_test_seeds(units):
+        raise NoTestSeeds("this study has no test seeds: run it with test_seeds (a count or a list of seed ids, "
+                          "disjoint from the tuning seeds) to get a verdict on seeds the tuning never saw")
+    rows = [row for phase in PHASES for row in phase_rows(units, phase, reps, seed, confidence)]
+    flags = {f"{u.meta['env']} / {u.meta['method']}": measured_nothing(u) for u in units if measured_nothing(u)}
+    sweep = sweep_size(units)
+    result = Verdict(rows, verdict_text.sentences(rows, sweep), flags, sweep)
+    if json_path is not None:
+        atomic_write_text(json_path, result.json())
+    return result

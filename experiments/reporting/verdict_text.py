@@ -1,0 +1,182 @@
+"""The verdict in words: one plain sentence per method and the Markdown page, from the rows of
+experiments.reporting.verdict (one dict per phase, environment or ALL, method, comparison)."""
+from __future__ import annotations
+
+import numpy as np
+
+from experiments.reporting.tables import markdown_table, probability_text
+from experiments.reporting.views import ALL
+from experiments.study.methods import label
+from experiments.study.protocol import POOR, REPLAY, SWEEP
+
+# The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name.
+BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)", "P(> fresh runs)"
+SHARE, RECOVERY, FRAMES, SECONDS = "share of the sweep's gain", "recovery from ", "frames / sweep", "seconds / sweep"
+DOCS = "docs/studies.md#the-verdict-does-tuning-help"
+HEADINGS = {"test": "On the test seeds (the claims)",
+            "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
+WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from",
+         "not testable": "not testable (one run) against"}
+
+
+def method_label(method: str) -> str:
+    """'HC', 'HC, schedule replayed', 'sweep incumbent', 'poor default lr_x10'."""
+    if method.startswith(REPLAY):
+        return f"{label(method.removeprefix(REPLAY))}, schedule replayed"
+    if method == SWEEP:
+        return "sweep incumbent"
+    if method.startswith(POOR):
+        return f"poor default {method.removeprefix(POOR)}"
+    return label(method)
+
+
+def percent(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def fraction(x: float) -> str:
+    """A cost ratio: '1/96', '1/2.5', '1.5x'; 'n/a' for NaN."""
+    if not np.isfinite(x) or x <= 0:
+        return "n/a"
+    if x >= 1:
+        return f"{x:.2g}x"
+    inverse = 1.0 / x
+    return f"1/{inverse:.0f}" if inverse >= 10 else f"1/{inverse:.1f}".removesuffix(".0")
+
+
+def share_text(row: dict) -> str:
+    """'48% [30%, 65%]', '48% [unbounded]', or the reason there is no number."""
+    if row["status"] in ("not measured", "no shared environment", "undefined"):
+        return row["status"]
+    if row["status"] == "unbounded":
+        return f"{percent(row['estimate'])} [unbounded]"
+    text = f"{percent(row['estimate'])} [{percent(row['low'])}, {percent(row['high'])}]"
+    return text + (" not testable" if row["status"] == "not testable" else "")
+
+
+def cell(row: dict | None) -> str:
+    """A table cell of one row."""
+    if row is None:
+        return ""
+    if row["kind"] == "cost":
+        return fraction(row["estimate"])
+    if row["kind"] == "share":
+        return share_text(row)
+    if row["status"] in ("not measured", "no shared environment"):
+        return row["status"]
+    mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row["status"])
+    return f"{probability_text(row['estimate'], (row['low'], row['high']))} {mark}"
+
+
+def _against(row: dict, what: str) -> str:
+    """'better than the default, 0.62 [0.55, 0.70]' or 'not measured against the default (...)'."""
+    if row["status"] in ("not measured", "no shared environment"):
+        return f"{row['status']} against {what}" + (f" ({row['note']})" if row["note"] else "")
+    return f"{WORDS[row['status']]} {what}, {probability_text(row['estimate'], (row['low'], row['high']))}"
+
+
+def _gain(row: dict, sweep: dict, costs: dict) -> str:
+    """The share of the sweep's gain in words, with the cost (`costs`: the method's cost rows)."""
+    n = sweep.get("configurations")
+    of = f"a {n}-configuration sweep's gain" if n else "the sweep's gain"
+    cost, of_sweep = _cost(costs), _cost(costs, whose="the sweep's")
+    if row["status"] == "undefined":
+        return "the sweep's incumbent does not beat the default, so there is no gain to recover" + (
+            f" (one run costs {of_sweep})" if cost else "")
+    if row["status"] in ("not measured", "no shared environment"):
+        return f"its share of the sweep's gain is {row['status']}"
+    number = share_text(row).replace("[unbounded]", "(interval unbounded: the sweep's gain over the default is "
+                                                   "within the noise)")
+    return f"recovers {number} of {of}" + (f" at {cost}" if cost else "")
+
+
+def _recovery(row: dict, poor: str) -> str:
+    if row["status"] == "undefined":
+        return f"the poor default {poor} is not worse than the default (nothing to recover)"
+    if row["status"] in ("not measured", "no shared environment"):
+        return f"its recovery from the poor default {poor} is {row['status']}"
+    return f"recovers {share_text(row)} of the gap from the poor default {poor} to the default"
+
+
+def _cost(rows: dict, whose: str = "its") -> str:
+    """'1/96 of its frames and 1/80 of its seconds' from the method's cost rows (ALL); `whose`
+    names the sweep in the first part."""
+    parts = [f"{fraction(rows[c]['estimate'])} of {'its' if i else whose} {word}"
+             for i, (c, word) in enumerate((c, w) for c, w in ((FRAMES, "frames"), (SECONDS, "seconds"))
+                                           if c in rows and np.isfinite(rows[c]["estimate"]))]
+    return " and ".join(parts)
+
+
+def _seeds(seeds: int, envs: int) -> str:
+    return f"on {seeds} test seeds" + (f" in each of {envs} environments" if envs > 1 else "")
+
+
+def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
+    """method -> one plain sentence on the test seeds over all environments."""
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["phase"] == "test" and r["env"] == ALL:
+            by.setdefault(r["method"], {})[r["comparison"]] = r
+    out = {}
+    for method, mine in by.items():
+        first = next((r for r in mine.values() if r["kind"] != "cost"), None)
+        if first is None:
+            continue
+        parts = []
+        if BEATS_DEFAULT in mine:
+            parts.append(_against(mine[BEATS_DEFAULT], "the default"))
+        if BEATS_SWEEP in mine:
+            parts.append(_against(mine[BEATS_SWEEP], "the sweep's incumbent"))
+        if BEATS_FRESH in mine:
+            parts.append(_against(mine[BEATS_FRESH], f"fresh runs of {label(method.removeprefix(REPLAY))}"))
+        if SHARE in mine:
+            parts.append(_gain(mine[SHARE], sweep, mine))
+        parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
+        seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
+        name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
+            else method_label(method)
+        out[method] = f"{name[0].upper()}{name[1:]} {seeds}: {'; '.join(parts)}."
+    return out
+
+
+def column(comparison: str) -> int:
+    """A comparison's place among the table's columns."""
+    order = (BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH, SHARE, RECOVERY, FRAMES, SECONDS)
+    return order.index(RECOVERY if comparison.startswith(RECOVERY) else comparison)
+
+
+def phase_tables(rows: list[dict], phase: str) -> str:
+    """Markdown: a table per scope (all environments, then each), a row per method, a column
+    per comparison."""
+    mine = [r for r in rows if r["phase"] == phase]
+    if not mine:
+        return ("Nothing to compare on these seeds: "
+                "the verdict needs the default (fixed) or a sweep beside the methods.\n\n")
+    comparisons = sorted(dict.fromkeys(r["comparison"] for r in mine), key=column)
+    methods = list(dict.fromkeys(r["method"] for r in mine))
+    by = {(r["env"], r["method"], r["comparison"]): r for r in mine}
+    text = ""
+    for scope in dict.fromkeys(r["env"] for r in mine):
+        body = [[method_label(m)] + [cell(by.get((scope, m, c))) for c in comparisons]
+                for m in methods if any((scope, m, c) in by for c in comparisons)]
+        head = "All environments (normalised per environment)" if scope == ALL else scope
+        text += f"**{head}**\n\n" + markdown_table(["Method"] + comparisons, body) + "\n"
+    return text
+
+
+def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str], sweep: dict, level: int = 3) -> str:
+    """The verdict page: the sentences, the test-seed tables, the tuning-seed tables, the flags,
+    under headings of `level` (3: ###)."""
+    hashes = "#" * level
+    n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds" if sweep else "no sweep"
+    text = "".join(f"- {s}\n" for s in sentences_.values()) + "\n"
+    text += (f"Cells: P(> X) [95% CI], the probability that a run of the method ends above a run of X (ties "
+             f"count 1/2), **better** / **worse** where the interval excludes 0.5; share of the sweep's gain "
+             f"({n}): (method - default) / (incumbent - default) of mean final evaluations, 100% = as good as "
+             f"the sweep's incumbent; recovery from a poor default: (method - poor) / (default - poor); cost: "
+             f"one run over the whole sweep. Stratified bootstrap over seeds. How to read it: {DOCS}.\n\n")
+    for phase in ("test", "tuning"):
+        text += f"{hashes} {HEADINGS[phase]}\n\n" + phase_tables(rows, phase)
+    if flags:
+        text += f"{hashes} Evaluations that measured nothing\n\n" + "".join(f"- {k}: {v}\n" for k, v in flags.items())
+    return text

@@ -1,0 +1,305 @@
+"""The verdict (experiments.reporting.verdict) on fabricated units (tests/verdict_units.py): its
+intervals against a slow bootstrap (Python loops over replicates, the same per-stratum
+generators; the incumbent's tuning rows chosen by a slow reference), the flag of evaluations
+that measured nothing, its sentences, and `hcjax verdict`'s exit status without test seeds.
+(`protocol.incumbent` itself: tests/test_protocol.py.)"""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import experiments
+from experiments import cli
+from experiments.reporting import claims, plots, tables, verdict_text
+from experiments.reporting import stats as ST
+from experiments.reporting import verdict as V
+from experiments.reporting.views import ALL, final_eval, measured_nothing, study_scores
+from experiments.study.store import StudyDir
+from tests import verdict_units as U
+
+REPS = 120
+
+
+# ---- the flag: evaluations that measured nothing -------------------------------------------
+
+@pytest.mark.parametrize("evals, expected", [
+    ([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], "every evaluation scored 0: the evaluation measured nothing"),
+    ([[9.5, 9.5], [9.5, 9.5]], "every evaluation scored 9.5: the evaluation measured nothing"),
+    ([[-200.0], [-200.0]], "every evaluation scored -200: the evaluation measured nothing"),
+    ([[0.0, 0.0], [np.nan, np.nan]], "every evaluation with a score scored 0 (2 of 4 had none): the evaluation "
+                                     "measured nothing"),
+    ([[0.0, 0.0], [0.0, 1.0]], None),  # one evaluation differs: something was measured
+    ([[0.0], [0.5]], None),
+    ([[3.0]], None),  # one number: nothing to compare it with
+    ([[np.nan, np.nan], [np.nan, np.nan]], None),  # no score at all: another failure, not this flag's
+    (np.zeros((2, 0)), None),  # no evaluation
+])
+def test_measured_nothing_fires_where_it_should(evals, expected):
+    unit = U.unit("A", "fixed", np.zeros(len(evals)))
+    unit.eval_reward = np.asarray(evals, np.float32).reshape(len(evals), -1)
+    assert measured_nothing(unit) == expected
+
+
+# ---- the intervals against a slow bootstrap ------------------------------------------------
+
+def slow_incumbent(scores, configuration, n) -> int:
+    """The configuration with the best mean score over its rows, by loops: a non-finite score
+    makes its configuration's mean -inf; the first of equal means wins."""
+    best, best_mean = 0, -math.inf
+    for i in range(n):
+        rows = [float(s) for s, c in zip(scores, configuration) if c == i]
+        mean = -math.inf if not rows or not all(math.isfinite(s) for s in rows) else sum(rows) / len(rows)
+        if mean > best_mean:
+            best, best_mean = i, mean
+    return best
+
+
+def draws(n, seed, env, name):
+    """(REPS, n) seed indices of one stratum, from its generator (stats._rng), one replicate at a time."""
+    rng = ST._rng(seed, env, name)
+    return rng.integers(0, n, size=(REPS, n))
+
+
+def slow_strata(units, phase):
+    """role -> env -> (name, finite scores, flag), by loops; the tuning sweep's incumbent rows
+    by the slow incumbent."""
+    out = {}
+    for u in units:
+        if u.meta.get("phase") != phase:
+            continue
+        role, scores = u.meta["method"].removesuffix("@test"), final_eval(u).astype(np.float64)
+        if phase == "tuning" and role == "sweep":
+            conf = u.meta["sweep"]["configuration"]
+            best = slow_incumbent(scores, conf, len(u.meta["sweep"]["configurations"]))
+            scores = np.array([s for s, c in zip(scores, conf) if c == best])
+        out.setdefault(role, {})[u.meta["env"]] = (u.meta["method"], scores[np.isfinite(scores)], measured_nothing(u))
+    return out
+
+
+def slow_probability(a, b, envs, seed):
+    def wins(x, y):
+        return sum(1.0 if u > v else 0.5 if u == v else 0.0 for u in x for v in y) / (len(x) * len(y))
+
+    point = sum(wins(a[e][1], b[e][1]) for e in envs) / len(envs)
+    ia = {e: draws(len(a[e][1]), seed, e, a[e][0]) for e in envs}
+    ib = {e: draws(len(b[e][1]), seed, e, b[e][0]) for e in envs}
+    boot = [sum(wins(a[e][1][ia[e][r]], b[e][1][ib[e][r]]) for e in envs) / len(envs) for r in range(REPS)]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    word = "better" if lo > 0.5 else "worse" if hi < 0.5 else "not separated"
+    return point, lo, hi, word
+
+
+def slow_share(m, low, high, envs, reference, seed):
+    """(mean M - mean LOW) / (mean HIGH - mean LOW) of normalised scores, each replicate by loops."""
+    def z(env, x):
+        lo, hi = reference[env]
+        return [(v - lo) / (hi - lo) if hi > lo else 0.5 for v in x]
+
+    def mean(side, r=None):
+        total = 0.0
+        for e in envs:
+            x = side[e][1] if r is None else side[e][1][draws(len(side[e][1]), seed, e, side[e][0])[r]]
+            total += sum(z(e, x)) / len(x)
+        return total / len(envs)
+
+    pm, pl, ph = mean(m), mean(low), mean(high)
+    if not ph > pl:
+        return "undefined", math.nan, math.nan, math.nan
+    ratios, undefined = [], 0
+    for r in range(REPS):
+        bm, bl, bh = mean(m, r), mean(low, r), mean(high, r)
+        if bh > bl:
+            ratios.append((bm - bl) / (bh - bl))
+        else:
+            undefined += 1
+    if undefined / REPS > 0.025:
+        return "unbounded", (pm - pl) / (ph - pl), -math.inf, math.inf
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return "", (pm - pl) / (ph - pl), lo, hi
+
+
+def slow_reference_scores(strata, env):
+    runs = [v for side in strata.values() for e, (_, x, flag) in side.items() if e == env and not flag for v in x]
+    return min(runs), max(runs)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_intervals_match_a_slow_bootstrap(seed):
+    units = U.study(seed)
+    result = V.verdict(units, reps=REPS, seed=seed)
+    checked = 0
+    for phase in ("test", "tuning"):
+        strata = slow_strata(units, phase)
+        reference = {e: slow_reference_scores(strata, e) for e in ("A", "B")}
+        for row in [r for r in result.rows if r["phase"] == phase and r["kind"] != "cost"]:
+            envs = ["A", "B"] if row["env"] == ALL else [row["env"]]
+            c, m = row["comparison"], row["method"]
+            if c == verdict_text.BEATS_DEFAULT:
+                want = slow_probability(strata[m], strata["fixed"], envs, seed)
+            elif c == verdict_text.BEATS_SWEEP:
+                want = slow_probability(strata[m], strata["sweep"], envs, seed)
+            elif c == verdict_text.BEATS_FRESH:
+                want = slow_probability(strata[m], strata[m.removeprefix("replay_")], envs, seed)
+            else:
+                low, high = ("fixed", "sweep") if c == verdict_text.SHARE else ("fixed:lr_x10", "fixed")
+                status, *numbers = slow_share(strata[m], strata[low], strata[high], envs, reference, seed)
+                want = (*numbers, status)
+            assert [row["estimate"], row["low"], row["high"]] == pytest.approx(list(want[:3]), abs=1e-9, nan_ok=True)
+            assert row["status"] == want[3], (phase, row["env"], m, c)
+            checked += 1
+    assert checked == 2 * 3 * (2 * 4 + 2 * 2 + 2) - 3 * 2 * 2  # no replays on the tuning seeds
+
+
+def near_gain(delta: float) -> list:
+    """Test units of env A: default and HC of the same distribution, the incumbent the default's
+    runs + delta (a gain over the default that the noise hides for small delta)."""
+    rng = np.random.default_rng(1)
+    default = rng.normal(0.0, 1.0, 8)
+    return [U.unit("A", "fixed@test", default, phase="test"),
+            U.unit("A", "hypercontroller@test", rng.normal(0.0, 1.0, 8), phase="test"),
+            U.unit("A", "sweep@test", default + delta, phase="test")]
+
+
+# replicates without a gain: 0.05 most, 0.5 7.5%, 0.6 3.3% (unbounded: over the 2.5% tail), 0.7 1.7%
+# (an interval over the others), 0.9 none; -1: the incumbent below the default (undefined)
+@pytest.mark.parametrize("delta, status", [(0.05, "unbounded"), (0.5, "unbounded"), (0.6, "unbounded"), (0.7, ""),
+                                           (0.9, ""), (-1.0, "undefined")])
+def test_a_share_near_no_gain_is_unbounded_and_without_one_undefined(delta, status):
+    units = near_gain(delta)
+    result = V.verdict(units, reps=REPS)
+    row = {r["comparison"]: r for r in result.rows if r["env"] == ALL and r["phase"] == "test"}[verdict_text.SHARE]
+    strata = slow_strata(units, "test")
+    want_status, *want = slow_share(strata["hypercontroller"], strata["fixed"], strata["sweep"], ["A"],
+                                    {"A": slow_reference_scores(strata, "A")}, 0)
+    assert (row["status"], want_status) == (status, status)
+    assert [row["estimate"], row["low"], row["high"]] == pytest.approx(want, abs=1e-9, nan_ok=True)
+    sentence = result.sentences["hypercontroller"]
+    if status == "unbounded":
+        assert "(interval unbounded: the sweep's gain over the default is within the noise)" in sentence
+    if status == "undefined":
+        assert "the sweep's incumbent does not beat the default, so there is no gain to recover" in sentence
+
+
+def test_cost_is_one_run_over_the_whole_sweep():
+    result = V.verdict(U.study(0), reps=20)  # runs of 4 x 100 frames, 2 s; the sweep 4 x 2 rows of 1.5 s
+    cost = {(r["env"], r["comparison"]): r for r in result.rows if r["kind"] == "cost" and r["phase"] == "test"
+            and r["method"] == "hypercontroller"}
+    assert cost[(ALL, verdict_text.FRAMES)]["estimate"] == pytest.approx(1 / 8)
+    assert cost[("A", verdict_text.SECONDS)]["estimate"] == pytest.approx(2.0 / (1.5 * 8))
+    assert "at 1/8 of its frames and 1/6 of its seconds" in result.sentences["hypercontroller"]
+    unknown = V.verdict(U.study(0, seconds=False), reps=20)
+    assert [r["status"] for r in unknown.rows if r["comparison"] == verdict_text.SECONDS] == ["n/a"] * 12
+    assert "1/8 of its frames;" in unknown.sentences["hypercontroller"]
+
+
+# ---- sentences, flags and the table --------------------------------------------------------
+
+def shifted(**shift):
+    """Test units of env A, 6 seeds each, at the given mean final evaluations (noise 0.1)."""
+    rng = np.random.default_rng(0)
+    return [U.unit("A", f"{m}@test", rng.normal(s, 0.1, 6), phase="test") for m, s in shift.items()]
+
+
+def test_sentences_say_better_worse_not_separated_and_not_measured():
+    units = shifted(fixed=0.0, hypercontroller=5.0, random=-5.0, pbt=0.0, gp_ucb=0.0)
+    units[-1].eval_reward[:] = 0.0  # gp_ucb: every evaluation 0
+    s = V.verdict(units, reps=REPS).sentences
+    assert s["hypercontroller"] == "HC on 6 test seeds: better than the default, 1.00 [1.00, 1.00]."
+    assert s["random"] == "R on 6 test seeds: worse than the default, 0.00 [0.00, 0.00]."
+    assert s["pbt"].startswith("PBT on 6 test seeds: not separated from the default, ")
+    assert s["gp_ucb"] == ("GP-UCB on 6 test seeds: not measured against the default (every evaluation scored 0: "
+                           "the evaluation measured nothing).")
+
+
+def test_a_study_without_a_sweep_or_a_default_compares_what_it_has():
+    units = shifted(fixed=0.0, hypercontroller=5.0)
+    rows = V.verdict(units, reps=REPS).rows
+    assert {r["comparison"] for r in rows} == {verdict_text.BEATS_DEFAULT}  # no sweep: no share, no cost
+    alone = V.verdict(shifted(hypercontroller=5.0), reps=REPS)
+    assert alone.rows == [] and alone.sentences == {} and "Nothing to compare on these seeds" in alone.markdown
+
+
+def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_path):
+    units = U.study(0)
+    for u in units:
+        if u.meta["env"] == "A" and u.meta["method"] in ("hypercontroller@test", "fixed@test"):
+            u.eval_reward[:] = 0.0  # both at 0: a tie at 0.5 if it were compared
+    result = V.verdict(units, reps=REPS)
+    words = "every evaluation scored 0: the evaluation measured nothing"
+    assert result.flags == {"A / hypercontroller@test": words, "A / fixed@test": words}
+    rows = {(r["env"], r["method"], r["comparison"]): r for r in result.rows if r["phase"] == "test"}
+    row = rows[("A", "hypercontroller", verdict_text.BEATS_DEFAULT)]
+    assert row["status"] == "not measured" and math.isnan(row["estimate"]) and words in row["note"]
+    assert rows[(ALL, "hypercontroller", verdict_text.BEATS_DEFAULT)]["envs"] == ["B"]  # A left out, said so
+    assert "left out A" in rows[(ALL, "hypercontroller", verdict_text.BEATS_DEFAULT)]["note"]
+    assert rows[("A", "random", verdict_text.BEATS_DEFAULT)]["status"] == "not measured"
+    assert "| HC | not measured |" in result.markdown and words in result.markdown
+    assert f"- A / HC@test: {words}\n" in tables.summary(units)
+    scores = study_scores(units)
+    assert "A" not in scores["hypercontroller@test"] and "A" in scores["random@test"]  # compared with nothing
+    flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
+    study = {"path": tmp_path, "name": "x", "units": units, "env_names": {"A": "A", "B": "B"}, "single_seed": [],
+             "flags": flags, "verdict": result, "rows": claims.claim_rows(units, 20),
+             "budget": {"envs": ["A", "B"], "methods": ["hypercontroller"], "seeds": (5, 8), "iterations": [4],
+                        "frames": (100, 100), "mean_frames": 100.0, "device": "cpu"}}
+    page = claims.study_section(study, tmp_path)
+    assert "#### The verdict on the test seeds" in page and words in page
+    cells = next(line for line in page.splitlines() if line.startswith("| HC@test |")).split(" | ")
+    assert cells[2] == "not measured" and cells[3] != "not measured"  # P(HC > it) in A, B
+
+
+def test_the_claims_page_says_not_measured_where_a_method_measured_nothing_everywhere():
+    units = [U.unit("A", "hypercontroller", [1.0, 2.0, 3.0]), U.unit("A", "random", [0.0, 0.0, 0.0]),
+             U.unit("A", "fixed", [0.5, 1.5, 2.5])]
+    units[1].eval_reward[:] = 0.0
+    flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
+    table = claims.claims_table(claims.claim_rows(units, 20), flags=flags)
+    assert "| R | not measured | not measured |" in table and "| Fixed | 0." in table
+
+
+def test_the_table_has_one_row_per_comparison():
+    result = V.verdict(U.study(0), reps=20)
+    table = result.table
+    assert list(table.columns) == list(V.COLUMNS)
+    assert not table.duplicated(["phase", "env", "method", "comparison"]).any()
+    assert set(table["phase"]) == {"test", "tuning"}
+    assert json.loads(result.json())["rows"][0] == {k: result.rows[0][k] for k in result.rows[0]}
+
+
+@pytest.mark.slow  # matplotlib draws every figure of the study: about 8 CPU s
+def test_hcjax_plot_writes_the_verdict_and_the_flags(tmp_path):
+    units = U.study(0)
+    units[0].eval_reward[:] = 0.0  # A / hypercontroller (tuning seeds): measured nothing
+    store = StudyDir(tmp_path)
+    for u in units:
+        store.save_unit(u)
+    paths = plots.plot(tmp_path, reps=50)
+    report = paths["report"].read_text()
+    assert report.index("## measured_nothing") < report.index("## verdict") < report.index("## results")
+    assert "- A / HC: every evaluation scored 0: the evaluation measured nothing" in report
+    assert paths["verdict"].read_text() == V.verdict(units, reps=50).markdown
+    assert json.loads(paths["verdict_json"].read_text())["sentences"]["hypercontroller"].startswith("HC on 6 test")
+    assert "![verdict_figure](figures/verdict.png)" in report and paths["verdict_figure"].stat().st_size > 0
+    alone = plots.figure_verdict(V.verdict(shifted(hypercontroller=5.0), reps=20), tmp_path / "figures" / "alone.png")
+    assert alone.stat().st_size > 0  # nothing to compare: a figure that says so
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def test_hcjax_verdict_exits_2_without_test_seeds_and_prints_the_markdown(tmp_path, capsys):
+    tuning_only = StudyDir(tmp_path / "tuning")
+    for u in U.study(0):
+        if u.meta["phase"] == "tuning":
+            tuning_only.save_unit(u)
+    assert cli.main(["verdict", str(tmp_path / "tuning")]) == 2
+    assert "this study has no test seeds: run it with test_seeds" in capsys.readouterr().err
+    full = StudyDir(tmp_path / "full")
+    for u in U.study(0):
+        full.save_unit(u)
+    assert cli.main(["verdict", str(tmp_path / "full"), "--json", str(tmp_path / "out" / "v.json")]) == 0
+    expected = experiments.verdict(tmp_path / "full")
+    assert capsys.readouterr().out == expected.markdown
+    assert (tmp_path / "out" / "v.json").read_text() == expected.json()
+    assert cli.main(["verdict", str(tmp_path / "full"), "--json", str(tmp_path)]) == 2  # a folder, not a file
+    assert "is a folder" in capsys.readouterr().err
