@@ -119,7 +119,7 @@ if __name__ == "__main__":
     rngs, controls = jax.random.split(jax.random.PRNGKey(42), 8), hcjax.control.controls(8)  # 4 tuned, 4 controls
     hcjax.check_keys(rngs)
     out = jax.block_until_ready(jax.jit(jax.vmap(make_train(CONFIG)))(rngs, controls))
-    greedy = np.asarray(out["metrics"]["greedy_return"])  # (seeds, updates), NaN between evaluations
+    greedy = np.asarray(out["metrics"]["greedy_return"], np.float64)  # (seeds, updates), NaN between evaluations
     evaluated = greedy[:, ~np.isnan(greedy).any(0)]
     print("greedy return of the last 3 evaluations, per seed:", np.round(evaluated[:, -3:], 1).tolist())
     print(hcjax.control.report(evaluated[:, -3:].mean(1), controls))
