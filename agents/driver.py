@@ -4,8 +4,8 @@
 
 JAX envs (Brax, gymnax): per segment one jitted, vmapped `lax.scan` of K iterations for
 all agents, then (every `eval_every` iterations) a jitted, vmapped evaluation
-(PPOConfig.eval_episodes episodes with eval_policy). Host envs (gymnasium): each agent owns a
-`SyncVectorEnv` of num_envs copies; the rollout is stepped on the host with a jitted, vmapped policy, and the PPO
+(PPOConfig.eval_episodes episodes with eval_policy). Host envs (gymnasium): each agent owns
+a `SyncVectorEnv` of num_envs copies; the rollout is stepped on the host with a jitted, vmapped policy, and the PPO
 update, the tuner's tell/ask and the metrics run in the same jitted `learn` as the JAX
 path, so both give the same metrics.
 

@@ -4,7 +4,11 @@ Action bounding (continuous envs): the policy is an *unbounded* diagonal Gaussia
 N(mean(obs), exp(log_std)) with a state-independent, learned log_std. Log-probabilities
 and the entropy are those of this Gaussian (computed on the unclipped sample); the env
 receives the sample clipped to its bounds [low, high] (`clip_action`). Evaluation uses
-the clipped mean. Discrete envs use a Categorical over the logits.
+the clipped mean. Discrete envs use a Categorical over the logits; where the environment
+gives a legal-action mask (`JaxEnv.action_mask`), `masked` sets the illegal actions' logits to
+the lowest float32, so that sampling, `log_prob`, `entropy` and `mode` of the masked logits
+give them probability exactly zero (exp underflows) and no gradient, without the NaN an
+infinite logit would put into the entropy (0 x -inf).
 """
 from __future__ import annotations
 
@@ -94,6 +98,14 @@ class Critic(nn.Module):
 
 
 # ---- distributions: pure functions of the actor's output -------------------------------
+
+
+def masked(logits, mask):
+    """logits (..., n) with the illegal actions (mask (..., n) bool, False) at the lowest
+    float32: a Categorical over the legal actions only. mask None: logits unchanged."""
+    if mask is None:
+        return logits
+    return jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
 
 
 def sample(key, dist, discrete: bool):

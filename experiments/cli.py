@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ from experiments.reporting import export, plots, verdict
 from experiments.study import api, interrupts, presets, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
+from experiments.study.spacetext import parse_hyperparameter
 from experiments.study.store import StudyBusy, StudyDir
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
@@ -116,7 +118,9 @@ def parser() -> argparse.ArgumentParser:
                      help="the tuned hyperparameters (tunable PPOConfig fields), replacing the study's space; "
                           "commas give a categorical's options")
     run.add_argument("--envs", nargs="+", help="environments: names from the gymnax, Brax or gymnasium registries "
-                                               "(optionally prefixed gymnax/, brax/, gymnasium/), or the paper's")
+                                               "(optionally prefixed gymnax/, brax/, gymnasium/), of the optional "
+                                               "libraries by prefix (craftax/, jumanji/, navix/, xminigrid/, "
+                                               "pgx/), or the paper's")
     run.add_argument("--env-factory", nargs="+", metavar="[LABEL=]MODULE:FUNCTION",
                      help="your own environments: importable zero-argument factories, imported and CALLED "
                           "(this runs your code, like Hydra's _target_); never read from --envs")
@@ -164,75 +168,14 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("--seeds", type=int, nargs="+", required=True,
                        help="seed ids of the new agents; seed j replays the unit's seed row j mod its seed count")
     again.add_argument("--out", required=True, help="study directory the replayed unit is saved in")
+    again.add_argument("--env-factory", metavar="MODULE:FUNCTION",
+                       help="for a unit of your own environment: the factory that makes it (imported and CALLED); "
+                            "default the factory the unit recorded")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
     sub.add_parser("info", help="print the versions of hcjax and its dependencies, and the devices")
     return ap
-
-
-def parse_option(text: str) -> int | float | str:
-    """One option of a `--space` categorical: an int or float when it parses as one, else the string."""
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
-
-
-def check_flags_once(text: str, flags: list[str], form: str) -> None:
-    """ValueError naming a `--space` flag given twice (e.g. `:default=1:default=2`)."""
-    keys = [f.partition("=")[0] for f in flags]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
-        raise ValueError(f"--space {text!r}: {', '.join(twice)} given twice; give each flag once ({form})")
-
-
-def parse_choice(text: str, name: str, parts: list[str]) -> dict:
-    """`--space` entry NAME=A,B,C[:default=V] (parts: "A,B,C" and the flags) -> a
-    categorical entry {name, options[, default]} (options parsed by `parse_option`)."""
-    form = "NAME=A,B,C[:default=V]"
-    options = [parse_option(o) for o in parts[0].split(",")]
-    if any(o == "" for o in options):
-        raise ValueError(f"--space {text!r}: an option is empty ({form})")
-    entry = {"name": name, "options": options}
-    check_flags_once(text, parts[1:], form)
-    for flag in parts[1:]:
-        if not flag.startswith("default="):
-            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; a categorical allows only default=V ({form})")
-        entry["default"] = parse_option(flag[len("default="):])
-    return entry
-
-
-def parse_hyperparameter(text: str) -> dict:
-    """`--space` entry NAME=LOW:HIGH[:log][:int][:default=V], or NAME=A,B,C[:default=V]
-    for a categorical (a comma means options) -> Hyperparameter fields."""
-    form = "NAME=LOW:HIGH[:log][:int][:default=V] or NAME=A,B,C[:default=V]"
-    name, eq, rest = text.partition("=")
-    parts = rest.split(":")
-    if eq and name and "," in parts[0]:
-        return parse_choice(text, name, parts)
-    if not eq or not name or len(parts) < 2:
-        raise ValueError(f"--space {text!r}: expected {form}")
-    try:
-        entry = {"name": name, "low": float(parts[0]), "high": float(parts[1])}
-    except ValueError:
-        raise ValueError(f"--space {text!r}: LOW and HIGH must be numbers ({form})") from None
-    check_flags_once(text, parts[2:], form)
-    for flag in parts[2:]:
-        if flag == "log":
-            entry["scale"] = "log"
-        elif flag == "int":
-            entry["integer"] = True
-        elif flag.startswith("default="):
-            try:
-                entry["default"] = float(flag[len("default="):])
-            except ValueError:
-                raise ValueError(f"--space {text!r}: default must be a number") from None
-        else:
-            raise ValueError(f"--space {text!r}: unknown flag {flag!r}; allowed: log, int, default=V ({form})")
-    return entry
 
 
 def describe_presets() -> str:
@@ -305,6 +248,7 @@ def study_of(args) -> api.Study:
 
 def cmd_run(args) -> int:
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
+    factories_from_here()
     if args.distributed:  # before anything starts JAX's backend (importing gymnax does)
         start_distributed(args)
     elif args.coordinator or args.num_processes is not None or args.process_id is not None:
@@ -424,10 +368,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def factories_from_here() -> None:
+    """Let factory references import modules of the current folder, as `python -m experiments`
+    does (there the folder comes first on sys.path; here it comes last: an installed package
+    keeps its name)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+
+
 def cmd_replay(args) -> int:
+    factories_from_here()
     try:
         check_writable_dir(args.out, "--out")
-        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out)
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory)
     except (ValueError, StudyBusy) as e:
         raise UsageError(e) from None
     path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])

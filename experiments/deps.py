@@ -33,8 +33,11 @@ except ImportError as err:
     optax = envs = None
 
 # Distribution names, in the order `hcjax info` prints them.
+# The environment libraries among them are in every study's manifest ("packages"): the version
+# that ran is recorded beside the results.
 PACKAGES = ("hcjax", "jax", "jaxlib", "flax", "optax", "chex", "brax", "gymnax", "gymnasium", "mujoco",
-            "mujoco-mjx", "numpy", "scipy", "matplotlib", "filelock", "tqdm")
+            "mujoco-mjx", "craftax", "jumanji", "navix", "xminigrid", "pgx", "numpy", "scipy", "matplotlib",
+            "filelock", "tqdm")
 
 
 def versions() -> dict[str, str | None]:

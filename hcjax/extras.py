@@ -8,6 +8,7 @@ table against it):
     agents     PPO (agents/): flax, optax, chex, gymnax
     brax       Brax environments: brax, mujoco, mujoco-mjx
     gymnasium  gymnasium environments (box2d, MuJoCo)
+    craftax, jumanji, navix, xminigrid, pgx   one JAX environment library each (Python 3.12+)
     studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard, pandas
     export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
@@ -25,6 +26,7 @@ PROVIDED_BY = {
     "flax": "agents", "optax": "agents", "chex": "agents", "gymnax": "agents",
     "brax": "brax", "mujoco": "brax",
     "gymnasium": "gymnasium",
+    "craftax": "craftax", "jumanji": "jumanji", "navix": "navix", "xminigrid": "xminigrid", "pgx": "pgx",
     "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "tensorboardX": "studies",
     "tensorboard": "studies", "pandas": "studies",
     "pyarrow": "export",

@@ -65,7 +65,8 @@ _FAST_VAR = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 # multi-process files, which have few tests, for one worker at the end (a 90 s tail).
 # Files not named here follow in pytest's order. Rank again from the profile when a file's cost moves.
 COSTLIEST_FIRST = (
-    "test_distributed.py", "test_ppo.py", "test_baselines.py", "test_population.py", "test_population_processes.py",
+    "test_distributed.py", "test_env_libraries.py", "test_ppo.py", "test_baselines.py", "test_population.py",
+    "test_population_processes.py",
     "test_study_cli.py", "test_experiments.py", "test_envs.py", "test_population_study.py", "test_own_loop_example.py",
     "test_gp.py", "test_study_api.py", "test_plots.py", "test_studyfile.py", "test_choice.py",
     "test_schedule_replay.py", "test_readme.py", "test_own_loop_api.py", "test_host_tuner.py",

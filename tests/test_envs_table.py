@@ -14,11 +14,14 @@ from agents import envs, ppo
 
 
 def test_one_record_per_backend_drives_names_and_checks():
-    assert envs.BACKENDS == ("gymnax", "brax", "gymnasium") == tuple(b.name for b in envs.TABLE)
-    assert envs.MIN_VERSIONS == {"gymnax": "1.0.1", "brax": "0.14", "gymnasium": "1.2"}
-    assert [b.host for b in envs.TABLE] == [False, False, True]
-    for b in envs.TABLE:
-        assert isinstance(b, envs.Backend) and b.described and callable(b.make_named)
+    assert envs.BACKENDS == ("gymnax", "brax", "gymnasium")  # bare names: in this order
+    assert {b.name for b in envs.TABLE if b.bare} == set(envs.BACKENDS)
+    assert set(envs.PREFIXES) == set(envs.BACKENDS) | {"craftax", "jumanji", "navix", "xminigrid", "pgx"}
+    assert {k: envs.MIN_VERSIONS[k] for k in ("gymnax", "brax", "gymnasium")} == \
+        {"gymnax": "1.0.1", "brax": "0.14", "gymnasium": "1.2"}
+    assert [b.name for b in envs.TABLE if b.host] == ["gymnasium"]
+    for b in envs.TABLE:  # craftax's objects are gymnax-like: the gymnax backend takes them
+        assert isinstance(b, envs.Backend) and (b.described or b.name == "craftax") and callable(b.make_named)
     assert envs.EnvSpec("gymnasium", "CartPole-v1").host and not envs.EnvSpec("brax", "ant").host
 
 
@@ -80,7 +83,7 @@ def test_observations_that_differ_from_the_declared_space_are_refused_when_made(
         return state, jnp.zeros(4), jnp.float32(0), jnp.bool_(False)
 
     custom = envs.JaxEnv(name="four", obs_size=2, action_size=2, discrete=True, reset=reset, step=step)
-    with pytest.raises(ValueError, match=r"'four'.*observations have shape \(4,\).*declares shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"'four'.*observation must have shape \(2,\), got \(4,\)"):
         envs.make(custom)
     with pytest.raises(ValueError, match="'four'"):
         ppo.make_learner(ppo.PPOConfig(), custom, hcjax.make_tuner("fixed", hcjax.ppo_space()))

@@ -87,7 +87,12 @@ def test_presets_are_sized_as_documented():
     assert p.ppo["hidden_sizes"] == (256, 256, 256) and p.ppo["update_epochs"] == 10
     assert set(p.methods) == set(presets.METHODS)
     assert all(e.path == "gymnasium" for e in paper.envs)
-    for plan in (smoke, cpu, paper):  # every unit's PPOConfig and tuner builds (nothing compiled)
+    verdict = presets.resolve("verdict")
+    v = verdict.preset
+    assert (v.seeds, len(verdict.test_ids), tuple(v.tuner["sweep"].values())) == (10, 10, (32, 3, 0))
+    assert set(v.methods) == set(presets.PAPER_METHODS) | {"fixed", "sweep"} and len(v.poor_defaults) == 2
+    assert [e.path for e in verdict.envs] == ["gymnax"] * 4 and v.fuse_methods
+    for plan in (smoke, cpu, paper, verdict):  # every unit's PPOConfig and tuner builds (nothing compiled)
         check(plan)
 
 

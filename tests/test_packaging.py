@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hcjax
+from agents import envs
 from experiments import deps
 from hcjax.extras import PROVIDED_BY, missing_extra
 
@@ -23,6 +24,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # Extra packages that no code here imports: pulled in for another package (six for gymnax
 # 1.0.1, mujoco-mjx for brax), or only the bound of an indirect dependency (chex).
 NOT_IMPORTED = {"six", "mujoco-mjx"}
+LIBRARIES = ("craftax", "jumanji", "navix", "xminigrid", "pgx")  # the optional JAX environment libraries
 
 
 def requirement_name(requirement: str) -> str:
@@ -68,14 +70,17 @@ def test_base_dependencies_are_jax_and_numpy():
 def test_extras_table_matches_pyproject():
     for module, extra in PROVIDED_BY.items():
         assert module in extra_packages(extra), f"hcjax.extras says {extra} installs {module}; pyproject does not"
-    for extra in ("agents", "brax", "gymnasium", "studies", "export"):
+    for extra in ("agents", "brax", "gymnasium", "studies", "export", *LIBRARIES):
         unlisted = extra_packages(extra) - set(PROVIDED_BY) - NOT_IMPORTED
         assert not unlisted, f"{extra} installs {unlisted}, missing from hcjax.extras.PROVIDED_BY"
     assert extra_packages("studies") >= extra_packages("agents")
     assert extra_packages("export") == extra_packages("studies") | {"pyarrow"}
     assert extra_packages("all") == extra_packages("export") | extra_packages("brax") | extra_packages("gymnasium")
     tools = {"pytest", "pytest-xdist", "pytest-timeout", "ruff", "build", "twine"}
-    assert extra_packages("dev") >= extra_packages("all") | tools
+    assert extra_packages("dev") >= extra_packages("all") | tools | set(LIBRARIES)  # the tests run every library
+    for extra in LIBRARIES:  # each library its own extra, tested on Python 3.12 (marker)
+        assert PYPROJECT["optional-dependencies"][extra] == [f"{extra}>={envs.MIN_VERSIONS[extra]}; "
+                                                             f"python_version >= '3.12'"]
     assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
 
 

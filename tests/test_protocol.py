@@ -4,6 +4,7 @@ replays of the found schedules on the test seeds."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import experiments
 from experiments.study import presets, protocol
 from experiments.study.plan import unit_groups, unit_seeds
 from experiments.study.store import load_units
+from tests.test_readme import VERDICT, run_block
 
 SPACE = presets.paper_space(batch_size=(32, 64))
 TINY_PPO = dict(num_envs=4, hidden_sizes=(8,), update_epochs=1, num_minibatches=2, eval_steps=40, eval_episodes=2)
@@ -92,9 +94,22 @@ def test_the_incumbent_equals_a_slow_reference_on_fabricated_results():
 
 @pytest.fixture(scope="module")
 def protocol_study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("protocol") / "study"
+    out = tmp_path_factory.mktemp("protocol") / "runs" / "protocol"
     tiny().run(out, progress=False, plot=False)
     return out, {u.meta["method"]: u for u in load_units(out)}
+
+
+@pytest.mark.slow
+def test_the_verdict_example_of_the_studies_page_runs_on_a_study_with_test_seeds(protocol_study, capsys):
+    out, _ = protocol_study
+    cwd = os.getcwd()
+    os.chdir(out.parent.parent)
+    try:
+        namespace = run_block(VERDICT)
+    finally:
+        os.chdir(cwd)
+    assert namespace["verdict"].sentences["hypercontroller"].startswith("HC on 2 test seeds:")
+    assert "### On the test seeds (the claims)" in capsys.readouterr().out
 
 
 @pytest.mark.slow

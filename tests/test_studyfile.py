@@ -85,7 +85,7 @@ def test_a_study_file_runs_with_its_own_space(tiny):
 
 @pytest.mark.parametrize("edit, words", [
     (lambda s: 'mystery = 3\n' + s, ["unknown key(s) ['mystery']", "allowed: name, envs"]),
-    (lambda s: s.replace('envs = ["gymnax/CartPole-v1"]', ''), ["'envs' is required"]),
+    (lambda s: s.replace('envs = ["gymnax/CartPole-v1"]', ''), ["env must not be empty", "env_factories"]),
     (lambda s: s.replace('envs = ["gymnax/CartPole-v1"]', 'envs = ["CartPol-v1"]'),
      ["unknown environment 'CartPol-v1'", "gymnax/CartPole-v1"]),
     (lambda s: s.replace('num_envs = 4', 'num_env = 4'), ["unknown PPOConfig field(s) ['num_env']", "num_envs"]),

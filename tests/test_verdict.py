@@ -236,8 +236,8 @@ def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_pat
     assert rows[("A", "random", verdict_text.BEATS_DEFAULT)]["status"] == "not measured"
     assert "| HC | not measured |" in result.markdown and words in result.markdown
     assert f"- A / HC@test: {words}\n" in tables.summary(units)
-    scores = study_scores(units)
-    assert "A" not in scores["hypercontroller@test"] and "A" in scores["random@test"]  # compared with nothing
+    scores = study_scores(units)  # the study's statistics compare the tuning units; the verdict the test units
+    assert "hypercontroller" in scores and not any("@" in m for m in scores) and "sweep" not in scores
     flags = {(u.meta["env"], u.meta["method"]): text for u in units if (text := measured_nothing(u))}
     study = {"path": tmp_path, "name": "x", "units": units, "env_names": {"A": "A", "B": "B"}, "single_seed": [],
              "flags": flags, "verdict": result, "rows": claims.claim_rows(units, 20),
@@ -245,8 +245,7 @@ def test_a_unit_that_measured_nothing_is_said_everywhere_and_never_a_tie(tmp_pat
                         "frames": (100, 100), "mean_frames": 100.0, "device": "cpu"}}
     page = claims.study_section(study, tmp_path)
     assert "#### The verdict on the test seeds" in page and words in page
-    cells = next(line for line in page.splitlines() if line.startswith("| HC@test |")).split(" | ")
-    assert cells[2] == "not measured" and cells[3] != "not measured"  # P(HC > it) in A, B
+    assert "| HC | not measured |" in page  # in A: not a tie
 
 
 def test_the_claims_page_says_not_measured_where_a_method_measured_nothing_everywhere():

@@ -41,3 +41,29 @@ def make_walk() -> JaxEnv:
     2 discrete actions, EPISODE steps an episode."""
     return JaxEnv(name="walk", obs_size=2, action_size=2, discrete=True, reset=_reset, step=_step,
                   max_episode_steps=EPISODE)
+
+
+def _step_without_reset(key: jax.Array, state, action: jax.Array):
+    """The walker's step that forgets to reset: after EPISODE steps every step is `done`."""
+    x, t = state
+    x, t = x + jnp.where(action == 1, 0.5, -0.5), t + 1
+    return (x, t), _obs((x, t)), -jnp.abs(GOAL - x), t >= EPISODE
+
+
+def make_stuck_walk() -> JaxEnv:
+    """The walker with an adapter's mistake: its step never resets (a study must refuse it)."""
+    return JaxEnv(name="stuck-walk", obs_size=2, action_size=2, discrete=True, reset=_reset,
+                  step=_step_without_reset, max_episode_steps=EPISODE)
+
+
+def _two_choice_step(key: jax.Array, state, action: jax.Array):
+    """Takes two choices at once, action (2,) (left/right, stay/go): a multi-discrete action."""
+    x, t = state
+    x = x + jnp.where(action[0] == 1, 0.5, -0.5) * action[1]
+    return _step(key, (x - 0.0, t), jnp.int32(2))  # 2 is neither left nor right: x unchanged by _step
+
+
+def make_two_choice_walk() -> JaxEnv:
+    """An adapter's mistake: a multi-discrete action (two choices of 2) declared as one Discrete(4)."""
+    return JaxEnv(name="two-choice-walk", obs_size=2, action_size=4, discrete=True, reset=_reset,
+                  step=_two_choice_step, max_episode_steps=EPISODE)

@@ -12,6 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from hcjax.extras import PROVIDED_BY, install_hint
 
 
@@ -24,7 +27,10 @@ class Backend:
     host: stepped on the host (a HostEnv) rather than jitted (a JaxEnv);
     registry() -> the ids of its registry (read now); make_named(id, **opts) -> env;
     accepts(obj) -> whether an environment object is one of this library's;
-    make_object(obj, **opts) -> env; described: how `make`'s error names such objects.
+    make_object(obj, **opts) -> env; described: how `make`'s error names such objects;
+    bare: whether a name without a prefix is looked up in its registry (the libraries of
+    the base install: gymnax, brax, gymnasium; the others answer to their prefix only, so
+    that a bare name never imports an optional library).
     """
 
     name: str
@@ -37,6 +43,7 @@ class Backend:
     make_object: Callable[..., Any]
     described: str
     version_note: str = ""
+    bare: bool = True
 
 
 def installed_version(package: str) -> str | None:
@@ -111,3 +118,57 @@ def check_observation(name: str, declared, actual) -> None:
     if flat_size(declared) != flat_size(actual):
         raise ValueError(f"envs.make({name!r}): the environment's observations have shape {tuple(actual)} but its "
                          f"observation space declares shape {tuple(declared)}; they must have the same size")
+
+
+def observation_size(obs) -> int:
+    """The size of `obs` flattened (`flatten_observation`): the sum of its leaves' sizes
+    (arrays or ShapeDtypeStructs; a pytree or a dict of them)."""
+    return sum(flat_size(leaf.shape) for leaf in jax.tree.leaves(obs))
+
+
+def flatten_observation(obs) -> jax.Array:
+    """One (n,) float32 vector of an observation of any shape or pytree: every leaf
+    flattened (row-major) and cast to float32, concatenated in `jax.tree.leaves` order (a
+    dict by sorted key, a namedtuple or dataclass by field order). A library's action mask,
+    where it is part of the observation, stays in it: it tells the policy what is legal."""
+    leaves = jax.tree.leaves(obs)
+    flat = [jnp.asarray(leaf).reshape(-1).astype(jnp.float32) for leaf in leaves]
+    return flat[0] if len(flat) == 1 else jnp.concatenate(flat)
+
+
+def auto_reset(reset: Callable, step: Callable) -> Callable:
+    """A step that resets where its episode ends: reset(key) -> (state, obs); step(key, state,
+    action) -> (state, obs, reward, done) without resets. The returned step splits `key` into
+    a step key and a reset key and, where `done`, returns the state and observation of a fresh
+    reset (the reward and `done` of the step that ended the episode are kept): the same-step
+    auto-reset PPO needs (gymnax's, Brax's). It computes a reset every step (selected where
+    done), as gymnax does."""
+    def stepped(key, state, action):
+        k_step, k_reset = jax.random.split(key)
+        state, obs, reward, done = step(k_step, state, action)
+        fresh_state, fresh_obs = reset(k_reset)
+        done = jnp.asarray(done, bool)
+        pick = lambda new, old: jnp.where(done, new, old).astype(jnp.result_type(old))
+        return jax.tree.map(pick, fresh_state, state), jax.tree.map(pick, fresh_obs, obs), reward, done
+
+    return stepped
+
+
+def missing(backend: Backend, name: str) -> ValueError | None:
+    """The ValueError for environment `name` of `backend` when the backend's package is
+    missing or too old (naming the extra that installs it), else None."""
+    message = problem(backend)
+    return None if message is None else ValueError(f"envs.make({name!r}): {message}")
+
+
+def with_fields(params, fields: dict, name: str, library: str):
+    """`params` (a dataclass of environment parameters) with `fields` replaced; ValueError
+    naming the unknown ones and the allowed options of `library`'s environments."""
+    if not fields:
+        return params
+    allowed = [f.name for f in dataclasses.fields(params)] if dataclasses.is_dataclass(params) else []
+    bad = sorted(set(fields) - set(allowed))
+    if bad:
+        raise ValueError(f"envs.make({name!r}): unknown option(s) {bad}; a {library} env takes params=, env_kwargs= "
+                         f"(registry names) and the fields of its {type(params).__name__}: {allowed}")
+    return dataclasses.replace(params, **fields)

@@ -11,7 +11,8 @@ from typing import Any
 import jax
 import numpy as np
 
-JAX_BACKENDS = ("gymnax", "brax", "custom")  # JaxEnv.backend: the JAX libraries of the table, or by hand
+# JaxEnv.backend: the JAX libraries of the table, or "custom" (written by hand, or an object of no known library)
+JAX_BACKENDS = ("gymnax", "brax", "craftax", "jumanji", "navix", "xminigrid", "pgx", "custom")
 HOST_BACKENDS = ("gymnasium",)  # HostEnv.backend
 
 
@@ -60,8 +61,13 @@ class JaxEnv:
     action_size: continuous action dims, or the number of discrete actions.
     action_low / action_high: (action_size,) float32 bounds, continuous only (scalars
     broadcast; None: unbounded, -inf / +inf); empty for discrete envs.
-    max_episode_steps: the time limit, None if unknown. backend: "gymnax" | "brax" |
-    "custom" (written by hand). Fields are validated at construction (ValueError).
+    max_episode_steps: the time limit, None if unknown. backend: one of JAX_BACKENDS
+    ("custom": written by hand). action_mask: None (every action legal), or, discrete
+    environments only, action_mask(state) -> (action_size,) bool, the legal actions in
+    `state` (a state reset or step returned: the actions legal for the next step); PPO gives
+    illegal actions probability zero when sampling, in the loss and in the evaluation. It must
+    allow at least one action (with none, the policy draws from all of them). Fields are
+    validated at construction (ValueError).
     """
 
     name: str
@@ -74,6 +80,7 @@ class JaxEnv:
     action_high: Any = None
     max_episode_steps: int | None = None
     backend: str = "custom"
+    action_mask: Callable[[Any], jax.Array] | None = None
     host: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self):
@@ -81,6 +88,12 @@ class JaxEnv:
         for field in ("reset", "step"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"JaxEnv.{field} must be callable, got {getattr(self, field)!r}")
+        if self.action_mask is not None and not callable(self.action_mask):
+            raise ValueError(f"JaxEnv.action_mask must be None or callable (state -> (action_size,) bool), "
+                             f"got {self.action_mask!r}")
+        if self.action_mask is not None and not self.discrete:
+            raise ValueError(f"JaxEnv {self.name!r}: action_mask is for discrete actions only (the legal ones of "
+                             f"action_size); a continuous environment bounds its actions with action_low/high")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,20 +1,40 @@
 """The table of backends (one `Backend` record each, in the order bare names resolve),
-and what reads it: names, resolution, `make`, backend checks."""
+and what reads it: names, resolution, `make`, backend checks.
+
+The libraries of the base install (gymnax, brax, gymnasium) answer bare names; the optional
+JAX libraries (craftax, jumanji, navix, xminigrid, pgx) answer only to their prefix
+("jumanji/Snake-v1"), so that a bare name never imports them, and a prefixed name whose
+library is not installed is a ValueError naming the extra that installs it."""
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import re
 
-import jax
-
-from agents.envs import brax_backend, gymnasium_backend, gymnax_backend
-from agents.envs.backend import Backend, check_observation, problem
+from agents.envs import (
+    brax_backend,
+    craftax_backend,
+    gymnasium_backend,
+    gymnax_backend,
+    jumanji_backend,
+    navix_backend,
+    pgx_backend,
+    xminigrid_backend,
+)
+from agents.envs.backend import Backend, installed_version, missing, problem
+from agents.envs.checks import check_traced
 from agents.envs.kinds import HostEnv, JaxEnv
 
-TABLE: tuple[Backend, ...] = (gymnax_backend.BACKEND, brax_backend.BACKEND, gymnasium_backend.BACKEND)
+# Objects are offered to the backends in this order: the libraries that recognise their own
+# classes first, gymnax's interface (any object with it) next, gymnasium's factories (any
+# callable) last.
+TABLE: tuple[Backend, ...] = (jumanji_backend.BACKEND, navix_backend.BACKEND, xminigrid_backend.BACKEND,
+                              pgx_backend.BACKEND, brax_backend.BACKEND, gymnax_backend.BACKEND,
+                              craftax_backend.BACKEND, gymnasium_backend.BACKEND)
 BY_NAME = {b.name: b for b in TABLE}
-BACKENDS = tuple(BY_NAME)  # the resolution order of bare names
+BARE = (gymnax_backend.BACKEND, brax_backend.BACKEND, gymnasium_backend.BACKEND)  # the resolution order of bare names
+BACKENDS = tuple(b.name for b in BARE)
+PREFIXES = tuple(BY_NAME)  # every prefix "name/" of a registry name
 MIN_VERSIONS = {b.package: b.min_version for b in TABLE}
 BRAX_BACKENDS = brax_backend.BRAX_BACKENDS
 
@@ -38,12 +58,26 @@ class EnvSpec:
 
 
 def names(backend: str | None = None) -> tuple[str, ...]:
-    """Every registry name `make` accepts, as "backend/id", in resolution order; with
-    `backend` (one of BACKENDS) that backend's only (importing only it)."""
+    """Every registry name `make` accepts, as "backend/id": those of the bare-name backends
+    (BACKENDS, in resolution order) and of the optional libraries installed; with `backend`
+    (one of PREFIXES) that backend's only (importing only it; ValueError naming its extra
+    when it is not installed)."""
     if backend is not None and backend not in BY_NAME:
-        raise ValueError(f"envs.names: backend must be one of {BACKENDS} or None, got {backend!r}")
-    chosen = TABLE if backend is None else (BY_NAME[backend],)
+        raise ValueError(f"envs.names: backend must be one of {PREFIXES} or None, got {backend!r}")
+    if backend is not None:
+        _require_installed(BY_NAME[backend], f"{backend}/")
+        chosen = (BY_NAME[backend],)
+    else:
+        chosen = BARE + tuple(b for b in TABLE if not b.bare and problem(b) is None)
     return tuple(f"{b.name}/{i}" for b in chosen for i in b.registry())
+
+
+def _require_installed(backend: Backend, name: str) -> None:
+    """ValueError naming the extra of an optional library that is missing or too old."""
+    if not backend.bare:
+        error = missing(backend, name)
+        if error is not None:
+            raise error
 
 
 def _fold(name: str) -> str:
@@ -52,11 +86,14 @@ def _fold(name: str) -> str:
 
 
 def closest(name: str, n: int = 8) -> list[str]:
-    """Up to n registry names ("backend/id") closest to `name`, best first (all registries)."""
+    """Up to n registry names ("backend/id") closest to `name`, best first: among the bare-name
+    registries, or among an optional library's when `name` has its prefix."""
     head, sep, ident = name.partition("/")
     query = ident if sep and head in BY_NAME else name
     folded, scored = _fold(query), []
-    for order, full in enumerate(names()):  # ties: resolution order
+    among = names(head) if sep and head in BY_NAME and not BY_NAME[head].bare else \
+        tuple(f"{b.name}/{i}" for b in BARE for i in b.registry())
+    for order, full in enumerate(among):  # ties: resolution order
         cand = full.split("/", 1)[1]
         key = difflib.SequenceMatcher(None, folded, _fold(cand)).ratio()
         if key >= 0.6:
@@ -67,9 +104,9 @@ def closest(name: str, n: int = 8) -> list[str]:
 def _unknown(name: str, where: str) -> ValueError:
     near = closest(name)
     hint = f"closest: {', '.join(near)}" if near else "no close names"
-    prefixes = ", ".join(f"{b}/" for b in BACKENDS[:-1]) + f" or {BACKENDS[-1]}/"
+    prefixes = ", ".join(f"{b}/" for b in PREFIXES[:-1]) + f" or {PREFIXES[-1]}/"
     return ValueError(f"envs.make: unknown environment {name!r} ({where}); {hint}. A prefix {prefixes} "
-                      f"chooses the backend; envs.names() lists every name")
+                      f"chooses the library; envs.names() lists every name")
 
 
 def resolve(name: str | EnvSpec) -> EnvSpec:
@@ -81,7 +118,8 @@ def resolve(name: str | EnvSpec) -> EnvSpec:
     """
     if isinstance(name, EnvSpec):
         if name.backend not in BY_NAME:
-            raise ValueError(f"envs.make: EnvSpec backend must be one of {BACKENDS}, got {name.backend!r}")
+            raise ValueError(f"envs.make: EnvSpec backend must be one of {PREFIXES}, got {name.backend!r}")
+        _require_installed(BY_NAME[name.backend], name.name)
         if name.id not in BY_NAME[name.backend].registry():
             raise _unknown(name.name, f"{name.backend} has no {name.id!r}")
         return name
@@ -89,27 +127,29 @@ def resolve(name: str | EnvSpec) -> EnvSpec:
         raise ValueError(f"envs.make: an environment name must be a non-empty string, got {name!r}")
     head, sep, ident = name.partition("/")
     if sep and head in BY_NAME:
+        _require_installed(BY_NAME[head], name)
         if ident in BY_NAME[head].registry():
             return EnvSpec(head, ident)
         raise _unknown(name, f"{head} has no {ident!r}")
-    for backend in TABLE:
+    for backend in BARE:
         if name in backend.registry():
             return EnvSpec(backend.name, name)
     raise _unknown(name, f"searched {', '.join(BACKENDS)} in that order")
 
 
 def check_backends() -> list[str]:
-    """Problems with the installed backends (missing, or older than MIN_VERSIONS), one
-    sentence each naming the package; [] when all is well. Reads package metadata only:
-    imports nothing."""
-    return [p for p in (problem(b) for b in TABLE) if p is not None]
+    """Problems with the installed backends of the base install (missing, or older than
+    MIN_VERSIONS), one sentence each naming the package, and with the optional libraries that
+    are installed but too old; [] when all is well. Reads package metadata only: imports
+    nothing."""
+    found = [problem(b) for b in BARE]
+    found += [problem(b) for b in TABLE if not b.bare and installed_version(b.package) is not None]
+    return [p for p in found if p is not None]
 
 
 def _checked(env: JaxEnv) -> JaxEnv:
-    """`env` unless its reset's observation (traced, nothing computed) differs in size
-    from its obs_size: then a ValueError naming it."""
-    obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1]
-    check_observation(env.name, (env.obs_size,), getattr(obs, "shape", ()))
+    """`env` once its traced reset and step pass `checks.check_traced` (ValueError naming it)."""
+    check_traced(env)
     return env
 
 
@@ -130,10 +170,21 @@ def make(env, **opts) -> JaxEnv | HostEnv:
         return _checked(env) if isinstance(env, JaxEnv) and env.backend == "custom" else env
     if isinstance(env, (str, EnvSpec)):
         spec = resolve(env)
-        return BY_NAME[spec.backend].make_named(spec.id, **opts)
-    for backend in TABLE:
-        if backend.accepts(env):
-            return backend.make_object(env, **opts)
-    described = ", ".join(b.described for b in TABLE)
-    raise ValueError(f"envs.make: env must be a registry name, {described}, or a JaxEnv / HostEnv; "
-                     f"got {type(env).__name__}")
+        built = BY_NAME[spec.backend].make_named(spec.id, **opts)
+    else:
+        backend = next((b for b in TABLE if b.accepts(env)), None)
+        if backend is None:
+            raise not_an_environment(env)
+        built = backend.make_object(env, **opts)
+    return _checked(built) if isinstance(built, JaxEnv) else built
+
+
+def not_an_environment(obj, where: str = "envs.make", returned: bool = False) -> ValueError:
+    """The ValueError for an object no backend takes (returned: one a factory returned): what is
+    accepted, and the JaxEnv route for any other library, with the page that shows a worked adapter."""
+    described = ", ".join(b.described for b in TABLE if b.described)
+    head = f"the factory returned {type(obj).__name__}, not" if returned else f"{type(obj).__name__} is not"
+    return ValueError(f"{where}: {head} an environment this package knows; give a registry "
+                      f"name, {described}, or a JaxEnv / HostEnv. Any other library's environment runs through a "
+                      f"hand-written agents.envs.JaxEnv (reset(key) -> (state, obs), step(key, state, action) -> "
+                      f"(state, obs, reward, done), auto-resetting): docs/environment-libraries.md shows one")

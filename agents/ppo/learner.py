@@ -60,8 +60,10 @@ class Learner(NamedTuple):
     Host path: act(state, obs (E, obs_size), t) -> dict(action, env_action, logp, value,
     obs_norm); value(state, obs) -> (E,); learn(state, traj, do_ask=None) -> (state,
     metrics of one iteration); n_steps(state) -> int32 valid rollout steps of the next iteration;
-    mode(state, obs (..., obs_size)) -> deterministic env action (clipped mean / argmax);
-    eval_action(state, obs, key) -> the evaluation policy's env action (config.eval_policy).
+    mode(state, obs (..., obs_size), mask=None) -> deterministic env action (clipped mean /
+    argmax over the legal actions of `mask`); eval_action(state, obs, key, mask=None) -> the
+    evaluation policy's env action (config.eval_policy). Environments with an action mask
+    (`JaxEnv.action_mask`) have it applied in the rollout, the loss and the evaluation.
     set_hparams(state, values (h,)) -> state with those hyperparameters in effect.
     exploit(states, parents (n,), values (n, h)) -> batched states (agents leading) where
     every agent i with parents[i] != i continues from its donor's network, optimiser,
@@ -290,9 +292,14 @@ def init(p: Parts, key, tuner_state=None) -> LearnerState:
                         key=k_next)
 
 
-def _act_with(p: Parts, state, obs, key):
+def _mask_fn(p: Parts):
+    """The environment's legal-action mask (state -> (n,) bool), or None (every action legal)."""
+    return getattr(p.env, "action_mask", None)
+
+
+def _act_with(p: Parts, state, obs, key, mask=None):
     obs_n = _norm(p, state.obs_stats, obs, state.hparams)
-    dist = p.actor.apply(state.params["actor"], obs_n)
+    dist = nets.masked(p.actor.apply(state.params["actor"], obs_n), mask)
     action = nets.sample(key, dist, p.env.discrete)
     return dict(action=action, env_action=_env_action(p, action), logp=nets.log_prob(dist, action, p.env.discrete),
                 value=p.critic.apply(state.params["critic"], obs_n), obs_norm=obs_n)
@@ -304,10 +311,16 @@ def act(p: Parts, state, obs, t):
     return _act_with(p, state, jnp.asarray(obs, jnp.float32), key)
 
 
-def mode(p: Parts, state, obs):
-    """Deterministic env action (clipped mean / argmax) for raw obs (..., obs_size)."""
-    dist = p.actor.apply(state.params["actor"], _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
-    return _env_action(p, nets.mode(dist, p.env.discrete))
+def _policy(p: Parts, state, obs, mask):
+    """The actor's distribution for raw obs (..., obs_size), masked by `mask` (..., n) or None."""
+    obs_n = _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams)
+    return nets.masked(p.actor.apply(state.params["actor"], obs_n), mask)
+
+
+def mode(p: Parts, state, obs, mask=None):
+    """Deterministic env action (clipped mean / argmax; with `mask` (..., n) bool the argmax
+    over the legal actions) for raw obs (..., obs_size)."""
+    return _env_action(p, nets.mode(_policy(p, state, obs, mask), p.env.discrete))
 
 
 def value(p: Parts, state, obs):
@@ -320,7 +333,8 @@ def _collect(p: Parts, state, key):
     """The JAX-env rollout of the agent's next iteration -> (state, traj with last_value)."""
     env_state, obs, running, traj = stages.rollout(
         functools.partial(_act_with, p, state), jax.vmap(p.env.step), state.env_state, state.obs,
-        state.ep_running, key, _n_steps_of(p, state.hparams), p.max_steps, p.config.num_envs)
+        state.ep_running, key, _n_steps_of(p, state.hparams), p.max_steps, p.config.num_envs,
+        None if _mask_fn(p) is None else jax.vmap(_mask_fn(p)))
     traj["last_value"] = p.critic.apply(state.params["critic"], _norm(p, state.obs_stats, obs, state.hparams))
     return state.replace(env_state=env_state, obs=obs, ep_running=running), traj
 
@@ -365,7 +379,8 @@ def learn(p: Parts, state, traj, do_ask=None):
     hparams, valid, reward = state.hparams, traj["valid"], traj["reward"]
     adv, target = stages.gae(reward * hparam(p, hparams, "reward_scale"), traj["value"], traj["done"], valid,
                              traj["last_value"], hparam(p, hparams, "gamma"), hparam(p, hparams, "gae_lambda"))
-    samples = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"], adv=adv, target=target)
+    samples = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"], adv=adv, target=target,
+                   **({"mask": traj["mask"]} if "mask" in traj else {}))
     samples = jax.tree.map(lambda x: x.reshape((N,) + x.shape[2:]), samples)
     params, opt_state, rejected = stages.update_epochs(
         functools.partial(_sgd_step, p, hparams), state.params, _set_opt_hparams(p, state.opt_state, hparams),
@@ -404,14 +419,14 @@ def iterate(p: Parts, state, num_iterations: int, start=None):
     return jax.lax.scan(one_iteration, state, its, length=num_iterations)
 
 
-def eval_action(p: Parts, state, obs, key):
+def eval_action(p: Parts, state, obs, key, mask=None):
     """The evaluation policy's env action for raw obs (..., obs_size): PPOConfig.eval_policy
     "greedy" (`mode`: the clipped mean / the argmax; `key` unused) or "sampled" (a draw from
-    the policy with `key`, clipped to the bounds)."""
+    the policy with `key`, clipped to the bounds); with `mask` (..., n) bool, over the legal
+    actions only."""
     if p.config.eval_policy == "greedy":
-        return mode(p, state, obs)
-    dist = p.actor.apply(state.params["actor"], _norm(p, state.obs_stats, jnp.asarray(obs, jnp.float32), state.hparams))
-    return _env_action(p, nets.sample(key, dist, p.env.discrete))
+        return mode(p, state, obs, mask)
+    return _env_action(p, nets.sample(key, _policy(p, state, obs, mask), p.env.discrete))
 
 
 def evaluate(p: Parts, state, key):
@@ -422,7 +437,7 @@ def evaluate(p: Parts, state, key):
         raise ValueError(f"evaluate: {p.env.name} is a host (gymnasium) env; use agents.driver.run "
                          f"(it evaluates host envs on the host)")
     one = functools.partial(stages.episode_return, p.env.reset, p.env.step, functools.partial(eval_action, p, state),
-                            max_steps=p.config.eval_steps)
+                            max_steps=p.config.eval_steps, action_mask=_mask_fn(p))
     returns = jax.vmap(one)(jax.random.split(key, p.config.eval_episodes))
     return jnp.mean(returns.astype(jnp.float32))
 

@@ -23,12 +23,14 @@ from hcjax.tuner import valid_objective
 
 
 def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_steps, max_steps: int,
-            num_envs: int):
+            num_envs: int, action_mask: Callable | None = None):
     """`max_steps` steps of `num_envs` envs; steps t >= n_steps (traced int32) leave the
     env state, observations and running returns unchanged and are zero in the trajectory.
 
-    act(obs (E, obs_size), key) -> dict(obs_norm, action, env_action, logp, value);
-    env_step(keys (E, 2), env_state, env_action) -> (env_state, obs, reward (E,), done (E,)).
+    act(obs (E, obs_size), key[, mask (E, n)]) -> dict(obs_norm, action, env_action, logp, value);
+    env_step(keys (E, 2), env_state, env_action) -> (env_state, obs, reward (E,), done (E,));
+    action_mask: None, or env_state -> (E, n) bool legal actions (then given to `act` and
+    kept in the trajectory as `mask` (T, E, n), for the loss).
     Returns (env_state, obs, running (E,), traj): traj obs, raw_obs (T, E, obs_size);
     action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
     Each step splits its key into (next, act, env) keys.
@@ -39,7 +41,8 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
         env_state, obs, running, key = carry
         key, k_act, k_env = jax.random.split(key, 3)
         valid = t < n_steps
-        out = act(obs, k_act)
+        mask = None if action_mask is None else action_mask(env_state)
+        out = act(obs, k_act) if mask is None else act(obs, k_act, mask)
 
         def do(_):
             s, o, r, d = env_step(jax.random.split(k_env, E), env_state, out["env_action"])
@@ -52,7 +55,7 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
         running, ep_ret, ep_done = track_episodes(running, reward, done, valid)
         tr = dict(obs=out["obs_norm"], raw_obs=obs, action=out["action"], logp=out["logp"],
                   value=out["value"], reward=reward, done=done, valid=jnp.broadcast_to(valid, (E,)),
-                  ep_return=ep_ret, ep_done=ep_done)
+                  ep_return=ep_ret, ep_done=ep_done, **({} if mask is None else {"mask": mask}))
         tr = {k: jnp.where(valid.reshape((1,) * v.ndim), v, jnp.zeros_like(v)) for k, v in tr.items()}
         return (env_state2, obs2, running, key), tr
 
@@ -60,19 +63,22 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
     return env_state, obs, running, traj
 
 
-def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int):
+def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int,
+                   action_mask: Callable | None = None):
     """Return of one episode of at most `max_steps` steps of a single env:
     reset(key) -> (state, obs); step(key, state, action) -> (state, obs, reward, done);
-    policy(obs, key) -> action. Rewards after the first `done` are not counted. Step t's
-    keys (env, policy) come from fold_in(key, t) inside the scan: no (max_steps, ...) key
-    array is held, whatever max_steps."""
+    policy(obs, key) -> action, or with `action_mask` (state -> (n,) bool legal actions)
+    policy(obs, key, mask) -> a legal action. Rewards after the first `done` are not counted.
+    Step t's keys (env, policy) come from fold_in(key, t) inside the scan: no (max_steps, ...)
+    key array is held, whatever max_steps."""
     k_reset, k_steps = jax.random.split(key)
     env_state, obs = reset(k_reset)
 
     def body(carry, t):
         env_state, obs, ret, alive = carry
         k_env, k_act = jax.random.split(jax.random.fold_in(k_steps, t))
-        env_state, obs, r, d = step(k_env, env_state, policy(obs, k_act))
+        action = policy(obs, k_act) if action_mask is None else policy(obs, k_act, action_mask(env_state))
+        env_state, obs, r, d = step(k_env, env_state, action)
         return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
 
     carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
@@ -173,13 +179,17 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
 def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, ent_coef, discrete):
     """Masked PPO loss of one minibatch.
 
-    batch: obs (B, obs_size), action (B,) or (B, a), logp (B,), adv (B,), target (B,);
-    mask: (B,) bool. Advantages are standardised over the valid samples. Returns
+    batch: obs (B, obs_size), action (B,) or (B, a), logp (B,), adv (B,), target (B,), and
+    (masked environments) mask (B, n) bool legal actions, applied to the logits
+    (`networks.masked`: log-probabilities and entropy over the legal actions);
+    mask: (B,) bool valid samples. Advantages are standardised over the valid samples. Returns
     (loss, aux dict of pg_loss, v_loss, entropy), every term a mean over valid samples.
     """
     w = mask.astype(jnp.float32)
     n = jnp.maximum(jnp.sum(w), 1.0)
     dist = actor_apply(params["actor"], batch["obs"])
+    if "mask" in batch:
+        dist = nets.masked(dist, batch["mask"])
     logp = nets.log_prob(dist, batch["action"], discrete)
     ent = nets.entropy(dist, discrete)
     value = critic_apply(params["critic"], batch["obs"])

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from experiments.study import protocol
 from experiments.study.methods import ALL_METHODS
 from experiments.study.store import UnitResult
 
@@ -109,8 +110,12 @@ BASELINE = "hypercontroller"
 
 
 def study_scores(units) -> dict[str, dict[str, np.ndarray]]:
-    """method -> env -> (S,) final evaluation reward sums, methods in table order. A unit whose
-    evaluations measured nothing (`measured_nothing`) is left out: it is compared with nothing."""
+    """method -> env -> (S,) final evaluation reward sums, methods in table order, of the units
+    the study's statistics compare: the tuning phase's (a study with test seeds is judged on them
+    by `experiments.reporting.verdict`), not the sweep (its rows are configurations x seeds, not
+    the seeds of one method: the verdict compares its incumbent). A unit whose evaluations
+    measured nothing (`measured_nothing`) is left out: it is compared with nothing."""
     envs, methods, by = grouped(units)
+    compared = [m for m in methods if protocol.kind(m).phase == protocol.TUNING_PHASE and m != protocol.SWEEP]
     return {m: {env: final_eval(by[(env, m)]) for env in envs if (env, m) in by and not measured_nothing(by[(env, m)])}
-            for m in methods}
+            for m in compared}

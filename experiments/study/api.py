@@ -139,7 +139,9 @@ class Study:
 
     def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Plan:
         """Everything checked before any work (ValueError): the plan, every environment
-        built (a missing optional dependency named), PPO settings, tuners, memory."""
+        built (a missing optional dependency named; a traced reset and step with PPO's action
+        form), PPO settings, tuners, memory, and every environment the estimate does not know
+        run for a few steps (`probe_environments`: its cost, and whether it resets after done)."""
         plan = self.plan()
         if self._checked == memory_limit_gib:
             return plan
@@ -148,6 +150,7 @@ class Study:
             raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {memory_limit_gib}")
         check_environments(plan)
         check(plan, memory_limit_gib)
+        probe_environments(plan)
         self._checked = memory_limit_gib
         return plan
 
@@ -223,12 +226,17 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        self.log(f"hcjax run: preset {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x "
+        self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s) x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
             self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
-        guess = estimate.estimate(plan, finished=self.finished or set())
+        finished = self.finished or set()
+        done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
+        guess = estimate.estimate(plan, finished=finished, done=done)
+        if done:
+            groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
+            self.log(f"  resuming: {groups}")
         self.log(guess.describe())
         failures: list[engine.UnitFailure] = []
         try:
@@ -264,6 +272,15 @@ class StudyRun:
                 self.log("Run the same command again to retry only the failed units (the finished ones are kept).")
             raise StudyFailed(failures, result)
         return result
+
+
+def probe_environments(plan: Plan) -> None:
+    """Run every environment of the plan that `build.measured` names for a few steps
+    (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
+    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix)."""
+    for env in plan.envs:
+        if build.measured(env):
+            agent_envs.check_auto_reset(build.probe(plan, env))
 
 
 def check_environments(plan: Plan) -> None:

@@ -16,6 +16,15 @@ the networks' multiply-adds x (1 + 3 epochs) (a forward pass in the rollout, for
 backward in each epoch); compile: one program per unit group (less with fast_compile, more
 for a fused group). The frames announced are seeds x iterations x F per unit: an upper
 bound when the batch size is tuned.
+
+An environment the model was not calibrated on (your own, or an optional library's:
+`build.measured`) is measured instead: `build.probe` compiles and runs it (a batch of
+agents x num_envs copies) before the estimate, and the estimate charges its measured step
+(per iteration: steps x the batch's step; per evaluation: eval_steps x the step scaled to
+agents x eval_episodes copies) in place of ENV_SECONDS and STEP_SECONDS, and its compilation
+twice (the training segment and the evaluation each hold the environment's step). Resuming,
+the estimate covers what is left: the unit groups not finished, each from the iteration its
+checkpoint holds.
 """
 from __future__ import annotations
 
@@ -108,9 +117,11 @@ def contention(samples: int = 5, seconds: float = 0.04) -> float:
     return max(1.0, float(np.median(ratios)))
 
 
-def group_seconds(plan: Plan, env, methods: list[str]) -> tuple[int, float]:
-    """(frames, seconds at calibration speed) of one unit group (its units' rows are its agents;
-    a fused group's program grows with its distinct methods)."""
+def group_seconds(plan: Plan, env, methods: list[str], speed: float = 1.0, done: int = 0) -> tuple[int, float]:
+    """(frames, seconds at calibration speed) of one unit group from iteration `done` on (its
+    units' rows are its agents; a fused group's program grows with its distinct methods); an
+    environment `build.measured` names is charged its probe's measured costs (taken at
+    contention `speed`)."""
     p = plan.preset
     config = PPOConfig(**ppo_options(plan, env))
     built = build.environment(env.make)
@@ -118,25 +129,52 @@ def group_seconds(plan: Plan, env, methods: list[str]) -> tuple[int, float]:
     agents = sum(len(unit_seeds(plan, m)) for m in methods)
     n_methods = len({protocol.kind(m).base for m in methods})
     net = multiply_adds(config, built.obs_size, max(built.action_size, 1)) * MULTIPLY_ADD_SECONDS
-    per_frame = ENV_SECONDS.get(env.path, ENV_SECONDS["gymnax"]) + net * (1 + 3 * config.update_epochs)
     steps = frames / config.num_envs
-    iteration = agents * frames * per_frame + steps * STEP_SECONDS + \
-        config.update_epochs * config.num_minibatches * UPDATE_SECONDS
-    evaluations = p.iterations // p.eval_every + 1
-    evaluation = agents * config.eval_episodes * config.eval_steps * (ENV_SECONDS.get(env.path, 0.0) + net) + \
-        config.eval_steps * STEP_SECONDS
     compile_seconds = COMPILE_SECONDS[p.fast_compile] * (1 + FUSED_COMPILE * (n_methods - 1))
-    return agents * p.iterations * frames, compile_seconds + p.iterations * iteration + evaluations * evaluation
+    if build.measured(env):  # its own step, measured: per step of agents x num_envs copies
+        found = build.probe(plan, env)
+        step = found.step_seconds / speed * agents * config.num_envs / found.batch
+        iteration = agents * frames * net * (1 + 3 * config.update_epochs) + steps * step
+        evaluation = agents * config.eval_episodes * config.eval_steps * net + \
+            config.eval_steps * step * config.eval_episodes / config.num_envs
+        compile_seconds += 2 * found.compile_seconds / speed
+    else:
+        per_frame = ENV_SECONDS.get(env.path, ENV_SECONDS["gymnax"]) + net * (1 + 3 * config.update_epochs)
+        iteration = agents * frames * per_frame + steps * STEP_SECONDS
+        evaluation = agents * config.eval_episodes * config.eval_steps * (ENV_SECONDS.get(env.path, 0.0) + net) + \
+            config.eval_steps * STEP_SECONDS
+    iteration += config.update_epochs * config.num_minibatches * UPDATE_SECONDS
+    left = max(p.iterations - done, 0)
+    evaluations = left // p.eval_every + 1
+    return agents * left * frames, compile_seconds + left * iteration + evaluations * evaluation
 
 
-def estimate(plan: Plan, finished: set[tuple[str, str]] = frozenset(), speed: float | None = None) -> Estimate:
-    """The Estimate of the unit groups of `plan` not in `finished` ((env label, method))."""
+def estimate(plan: Plan, finished: set[tuple[str, str]] = frozenset(), speed: float | None = None,
+             done: dict[tuple[str, str], int] | None = None) -> Estimate:
+    """The Estimate of the unit groups of `plan` not in `finished` ((env label, method)); done:
+    (env label, "+".join(methods)) -> iterations a group's checkpoint holds (`checkpointed`)."""
     speed = contention() if speed is None else speed
     frames, seconds, groups = 0, STARTUP_SECONDS, 0
     for env, methods in unit_groups(plan):
         pending = [m for m in methods if (env.label, m) not in finished]
         if pending:
-            f, s = group_seconds(plan, env, pending)
+            f, s = group_seconds(plan, env, pending, speed, (done or {}).get((env.label, "+".join(pending)), 0))
             frames, seconds, groups = frames + f, seconds + s, groups + 1
     return Estimate(frames=frames, seconds=seconds * speed, groups=groups, speed=speed,
                     small_ppo=dict(plan.preset.ppo) == dict(SMALL_PPO))
+
+
+def checkpointed(plan: Plan, store, finished: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """(env label, "+".join(methods)) -> the iterations the checkpoint of each unit group not
+    finished holds in `store` (a StudyDir), for `estimate`'s `done` (unreadable: none)."""
+    done = {}
+    for env, methods in unit_groups(plan):
+        group = "+".join(m for m in methods if (env.label, m) not in finished)
+        path = store.checkpoint_path(env.label, group) if group else None
+        if path is not None and path.is_file():
+            try:
+                with np.load(path) as z:
+                    done[env.label, group] = int(z["record/done"])
+            except (OSError, ValueError, KeyError):
+                pass
+    return done

@@ -104,21 +104,24 @@ def build_object(obj, where: str):
     if native:
         return agent_envs.make(obj), _params_text(obj)
     if not callable(obj):
-        raise ValueError(f"{where}: {type(obj).__name__} is not an environment; give a gymnax Environment, an "
-                         f"(Environment, params) pair, a Brax Env, a JaxEnv / HostEnv, or a zero-argument factory")
+        raise agent_envs.not_an_environment(obj, where)
     try:
         made = obj()
     except TypeError as e:
         raise ValueError(f"{where}: calling the factory with no arguments failed: {e}") from None
     if isinstance(made, (str, agent_envs.EnvSpec)) or callable(made) and not _is_gymnasium(made):
         raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment")
+    known = _is_gymnasium(made) or isinstance(made, (agent_envs.JaxEnv, agent_envs.HostEnv)) or any(
+        b.accepts(made) for b in agent_envs.TABLE if not b.host)
+    if not known:
+        raise agent_envs.not_an_environment(made, where, returned=True)
     try:
         if _is_gymnasium(made):
             _close(made)
             return agent_envs.make(obj), ""  # the host path builds num_envs copies from the factory
         return agent_envs.make(made), _params_text(made)
     except ValueError as e:
-        raise ValueError(f"{where}: the factory returned {type(made).__name__}, not an environment ({e})") from None
+        raise ValueError(f"{where}: the factory's {type(made).__name__} was refused: {e}") from None
 
 
 def _is_gymnasium(obj) -> bool:
@@ -171,7 +174,9 @@ def import_factory(reference: str):
         for part in match["attr"].split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"env_factories: {reference!r} cannot be imported ({type(e).__name__}: {e})") from None
+        raise ValueError(f"env_factories: {reference!r} cannot be imported ({type(e).__name__}: {e}); its module "
+                         f"must be importable: installed, or in a folder on PYTHONPATH (PYTHONPATH=. for the "
+                         f"current folder; `hcjax run` and `hcjax replay` also look in the current folder)") from None
     if not callable(target):
         raise ValueError(f"env_factories: {reference!r} is {type(target).__name__}, not a callable factory")
     return match["label"], target

@@ -12,6 +12,10 @@
            fixed defaults clearly learns, all seven methods, 20 seeds, methods fused.
     gpu    the paper's tasks that have a Brax version, all seven methods, 16 seeds,
            methods fused: about 5 minutes on one H100 (measured, results/gpu_h100_5b602f1).
+    verdict  does tuning help, on seeds it never saw? Four gymnax tasks (three the default
+           learns, MountainCar-v0 it learns poorly), the paper's six methods, `fixed`, a
+           32 x 3 sweep and two poor defaults on 10 tuning seeds, every one again on 10 test
+           seeds (`experiments.study.protocol`); about an hour on a 2-core CPU by the estimate.
 
 `resolve(preset, envs=..., methods=..., seeds=..., iterations=..., space=...)` validates
 everything (names, counts, the search space) and returns a `Plan` before anything is
@@ -34,7 +38,7 @@ from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study import own_envs, protocol
-from experiments.study.methods import ALL_METHODS, METHODS
+from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS
 from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter, poor_values, tuner_options
 from experiments.study.store import unit_name
 from hcjax import Space, ppo_space
@@ -91,6 +95,9 @@ LEARNING_SPACE = (
     dict(name="gae_lambda", low=0.9, high=1.0, default=0.95),
     dict(name="batch_size", low=256, high=2048, integer=True, default=1024),
 )
+# The verdict preset's: the learning space at half its batch sizes (an hour on the CPU for 1384 runs).
+VERDICT_SPACE = tuple(dict(h, low=128, high=1024, default=512) if h["name"] == "batch_size" else h
+                      for h in LEARNING_SPACE)
 # Their PPO settings and GP buffers (100 points: every observation of a 100-iteration run).
 LEARNING_PPO = dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
                     eval_steps=1000, eval_episodes=4)
@@ -202,6 +209,42 @@ PRESETS: dict[str, Preset] = {
             "entropy coefficient 0 instead of 1e-4",
             "objective: change of the mean episode return on CartPole and Acrobot (their per-step reward is "
             "constant, so the paper's reward change would carry no signal); reward change elsewhere",
+            "GP buffers of 100 points (= every observation of the run) instead of 1000",
+            "each evaluation the mean of 4 deterministic episodes, each from its own reset, instead of one",
+        ),
+    ),
+    "verdict": Preset(
+        name="verdict",
+        envs=("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0"),
+        methods=PAPER_METHODS + ("fixed", "sweep"),
+        seeds=10,
+        test_seeds=10,
+        iterations=100,
+        eval_every=20,
+        tune_every=5,
+        space=VERDICT_SPACE,
+        ppo=LEARNING_PPO,
+        tuner=dict(LEARNING_TUNER, sweep=dict(configurations=32, seeds=3, seed=0)),
+        poor_defaults={"lr_x10": {"learning_rate": 1e-2}, "lr_div10": {"learning_rate": 1e-4}},
+        env_ppo={"CartPole-v1": dict(objective="return_change", eval_steps=500),
+                 "Acrobot-v1": dict(objective="return_change", eval_steps=500),
+                 "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200),
+                 "MountainCar-v0": dict(objective="return_change", eval_steps=200)},
+        fuse_methods=True,
+        description="does tuning help, on seeds it never saw? gymnax CartPole, Acrobot and Pendulum (the default "
+                    "learns in 100 iterations) and MountainCar (a sparse reward: it learns poorly); the paper's six "
+                    "methods, fixed, a sweep of 32 configurations x 3 tuning seeds and two poor defaults (learning "
+                    "rate x10 and /10) on 10 tuning seeds, every one again on 10 test seeds, the online methods' "
+                    "schedules replayed there; about an hour on a 2-core CPU by the estimate",
+        reductions=(
+            "gymnax CartPole-v1, Acrobot-v1, Pendulum-v1 and MountainCar-v0 instead of the paper's gymnasium tasks",
+            "10 tuning seeds, and 10 test seeds the paper does not have", "100 iterations instead of 1000",
+            "learning rate in [1e-4, 1e-2] (log) with default 1e-3, batch size in [128, 1024] with default 512 instead "
+            "of [1e-5, 1e-3] with 3e-4 and [1000, 6000] with 1000 (the cpu_learn space at half its batch sizes: the "
+            "defaults learn on three of the tasks in 100 iterations, measured)",
+            "2x64 networks, 4 epochs of 8 minibatches (Pendulum: 10 of 16, rewards x 0.1), entropy coefficient 0",
+            "objective: change of the mean episode return on CartPole, Acrobot and MountainCar (constant per-step "
+            "reward); reward change on Pendulum",
             "GP buffers of 100 points (= every observation of the run) instead of 1000",
             "each evaluation the mean of 4 deterministic episodes, each from its own reset, instead of one",
         ),

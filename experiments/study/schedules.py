@@ -14,6 +14,13 @@ unit in every number the tuner does not touch (the training is open-loop: nothin
 told back). A population method's schedules replay the values only, not the network
 copies of its exploit steps. JAX environments only.
 
+Your own environment (a unit whose `make` is "object:..." or "factory:...", `own_envs`)
+is replayed on the environment given as `envs=` (the object, or a factory reference
+"package.module:function"; `hcjax replay --env-factory`), or, without it, on the factory
+reference the unit recorded, imported and called after saying so (it runs that code, as
+`hcjax run` does). The environment must have the unit's fingerprint (its sizes, bounds,
+time limit, backend and params): another one is refused (ValueError).
+
 The result is a `UnitResult` of method `replay_<source method>` (tuner_time zeros: a
 replay decides nothing; its meta names the source unit, its config the source rows);
 with `out`, it is saved as a unit of that study directory (`units/<env>__replay_<method>.npz`,
@@ -24,15 +31,17 @@ holding another study (the source's own, for one) is refused.
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 
 from agents.ppo import PPOConfig, make_learner
-from experiments.study import build
+from experiments.study import build, own_envs
 from experiments.study.devices import padded_count
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
@@ -61,10 +70,41 @@ def _seed_ids(seeds) -> np.ndarray:
     return ids.astype(np.int64)
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def environment(unit: str, make: str, envs: Any = None, log: Callable[[str], None] = _say):
+    """The environment a unit of `make` ran on: a registry name's, or your own (see the module
+    docstring): `envs` (an object or a factory reference) or the recorded factory, with the
+    unit's fingerprint (ValueError otherwise)."""
+    if not own_envs.is_own(make):
+        if envs is not None:
+            raise ValueError(f"envs: unit {unit} ran the registry environment {make!r}, which is made by name; "
+                             f"give no environment")
+        return build.environment(make)
+    kind, _, ref = make.partition(":")
+    if envs is None:
+        if kind != "factory":
+            raise ValueError(f"unit {unit} ran your own environment object ({make}); give it again: "
+                             f"experiments.replay(..., envs=the_object), or `hcjax replay --env-factory "
+                             f"package.module:function` with a factory that returns it")
+        envs = ref.rsplit("#", 1)[0]
+        log(f"hcjax replay: unit {unit} ran your own environment: importing and calling its factory {envs} (this "
+            f"runs that code, as hcjax run does; --env-factory gives another)")
+    own = own_envs.from_factory(envs) if isinstance(envs, str) else own_envs.from_object(envs)
+    if own.make.rsplit("#", 1)[-1] != make.rsplit("#", 1)[-1]:
+        raise ValueError(f"envs: the environment given ({own.make}) is not the one unit {unit} ran ({make}): their "
+                         f"fingerprints (sizes, bounds, time limit, backend, params) differ")
+    return own_envs.built(own.make)
+
+
 def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str | os.PathLike | None = None,
-           on_segment=lambda k: None) -> UnitResult:
+           on_segment=lambda k: None, envs: Any = None, log: Callable[[str], None] = _say) -> UnitResult:
     """Replay unit `unit` of study directory `source` on `seeds` (seed ids); see the
-    module docstring. out: a study directory to save the result in (None: not saved)."""
+    module docstring. out: a study directory to save the result in (None: not saved);
+    envs: your own environment (object or factory reference) for a unit that ran one (None:
+    the factory the unit recorded); log: where the line saying a factory is imported goes."""
     src = source_unit(source, unit)
     ids = _seed_ids(seeds)
     config = src.meta.get("config") or {}
@@ -74,8 +114,8 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     space = Space(make_hyperparameter(e) for e in config["space"])
     n_src, T = src.train_reward.shape
     ppo = {k: tuple(v) if isinstance(v, list) else v for k, v in {**config["ppo"], **env.get("ppo", {})}.items()}
-    learner = make_learner(PPOConfig(**dict(ppo, num_iterations=T, tune_every=1)), build.environment(env["make"]),
-                           schedule(space, src.hparams))
+    learner = make_learner(PPOConfig(**dict(ppo, num_iterations=T, tune_every=1)),
+                           environment(unit, env["make"], envs, log), schedule(space, src.hparams))
     S, method = len(ids), f"replay_{src.meta['method']}"
     rows = (np.arange(S) % n_src).astype(np.int32)
     replay_config = dict(config, method=method, seeds=[int(s) for s in ids],

@@ -4,7 +4,8 @@
     hcjax presets --toml cpu > study.toml  # a shipped preset as a file to start from
 
 A study file holds the fields of `experiments.study.plan.Preset` (all optional except
-`envs` (or `env_factories`) and `methods`; `seeds` and `iterations` may come from `--seeds`
+`methods`; a study needs `envs` or `env_factories`, which `hcjax run --envs` /
+`--env-factory` may give instead; `seeds` and `iterations` may come from `--seeds`
 and `--iterations` instead; the rest default as in `Preset`: name the file's stem, eval_every
 10, tune_every 5, the paper's four hyperparameters, no overrides, both flags false), except
 that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (an empty
@@ -136,8 +137,6 @@ def loads(text: str, default_name: str = "study") -> Preset:
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; allowed: {', '.join(TOP_LEVEL)}")
-    if "envs" not in data and "env_factories" not in data:
-        raise ValueError("'envs' is required (a list of names), or 'env_factories' for your own environments")
     if "methods" not in data:
         raise ValueError("'methods' is required (a list of names)")
     fields: dict[str, Any] = {"name": default_name, "seeds": None, "iterations": None, "envs": (),

@@ -1,0 +1,238 @@
+"""The JAX environment libraries by name (craftax/, jumanji/, navix/, xminigrid/, pgx/), each in
+a tiny study (skipped, saying why, only where the library is not installed: the dev extra
+installs them on Python 3.12); craftax's own object (gymnax's interface without its base
+class) through `Study`; a missing library named by its extra; pytree observations flattened;
+the mistakes of a hand-written adapter (no auto-reset, a multi-discrete action) refused before
+any work; the estimate charging a probed environment's cost; `hcjax replay` of a factory study
+in a fresh process."""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import math
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import experiments
+from agents import envs
+from agents.envs import backend
+from experiments import cli
+from experiments.study import build, estimate
+from experiments.study.store import StudyDir, load_unit
+from tests import tiny_env
+from tests.cli_runs import WALK, finish, hcjax, tiny_study
+from tests.test_readme import CRAFTAX_BY_NAME, JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
+
+TINY_PPO = dict(num_envs=2, hidden_sizes=[8], update_epochs=1, num_minibatches=2, batch_size=8, eval_steps=8)
+SPACE = [dict(name="learning_rate", low=1e-4, high=1e-2, scale="log")]
+
+
+def library(name: str) -> None:
+    """Skip, saying why, when the library `name` is not installed."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed: the {name!r} extra (pip install \"hcjax[{name}]\"; in dev, on "
+                    f"Python 3.12+ only)")
+
+
+def tiny(envs_, out):
+    """A one-unit study per environment: fixed, one seed, two iterations of 8 frames."""
+    study = experiments.Study(envs=envs_, methods=["fixed"], seeds=1, iterations=2, eval_every=2, fast_compile=True,
+                              space=SPACE, ppo=TINY_PPO)
+    lines = []
+    return study.run(out, progress=False, plot=False, log=lines.append), lines
+
+
+def check_ran(result, label: str, lib: str) -> None:
+    assert (label, "fixed") in result.units
+    choice = next(e for e in result.manifest["config"]["env_choices"] if e["label"] == label)
+    assert choice["path"] == lib
+    assert result.manifest["packages"][lib] == importlib.metadata.version(lib)  # the version that ran
+    unit = next(u for u in StudyDir(result.directory).units() if u.meta["env"] == label)
+    assert unit.frames.sum() == 2 * 8 and np.all(np.isfinite(unit.eval_reward))
+
+
+def run_page_block(marker: str, directory) -> dict:
+    """docs/environment-libraries.md's python block holding `marker`, run as written in `directory`
+    (its study writes under runs/ there); its namespace."""
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        return run_block(marker)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["jumanji/Snake-v1", "navix/Navix-Empty-5x5-v0", "xminigrid/MiniGrid-Empty-5x5",
+                                  "pgx/2048"])
+def test_a_tiny_study_of_each_library_by_name(name, tmp_path):
+    """jumanji's study is the page's block, as written; the others the same study by name."""
+    lib = name.split("/")[0]
+    library(lib)
+    if lib == "jumanji":
+        result, lines = run_page_block(JUMANJI_BY_NAME, tmp_path)["result"], None
+    else:
+        result, lines = tiny([name], tmp_path / "study")
+    check_ran(result, name, lib)
+    assert lines is None or any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
+
+
+@pytest.fixture(scope="module")
+def craftax_study(tmp_path_factory):
+    """Craftax-Classic-Symbolic by name and as craftax's own object, in one study: the page's
+    block, as written (craftax compiles for tens of seconds: one fixture)."""
+    library("craftax")
+    t0 = time.perf_counter()
+    result = run_page_block(CRAFTAX_BY_NAME, tmp_path_factory.mktemp("c"))["result"]
+    return result, None, time.perf_counter() - t0
+
+
+@pytest.mark.slow
+def test_craftax_by_name_and_as_its_own_object(craftax_study):
+    result, lines, _ = craftax_study
+    check_ran(result, "craftax/Craftax-Classic-Symbolic-v1", "craftax")
+    check_ran(result, "classic-object", "craftax")  # gymnax's interface, no gymnax base class
+    made = envs.make(envs.make("craftax/Craftax-Classic-Symbolic-v1"))
+    assert (made.obs_size, made.action_size, made.max_episode_steps, made.backend) == (1345, 17, 10000, "craftax")
+
+
+@pytest.mark.slow
+def test_the_craftax_estimate_charges_its_measured_cost(craftax_study):
+    result, _, seconds = craftax_study
+    probes = [build.probe(result_plan, env) for result_plan in [_plan_of(result)] for env in result_plan.envs]
+    assert all(p.compile_seconds > 0 and p.step_seconds > 0 for p in probes)
+    assert result.estimate.seconds > 2 * sum(p.compile_seconds for p in probes) / result.estimate.speed * 0.99
+
+
+def _plan_of(result):
+    """The plan of a finished tiny study (its environments are built in this process already)."""
+    from craftax.craftax_classic.envs.craftax_symbolic_env import CraftaxClassicSymbolicEnv
+
+    name = "craftax/Craftax-Classic-Symbolic-v1"
+    return experiments.Study(envs={name: name, "classic-object": CraftaxClassicSymbolicEnv()}, methods=["fixed"],
+                             seeds=1, iterations=2, eval_every=2, fast_compile=True, space=SPACE,
+                             ppo=TINY_PPO).plan()
+
+
+class Imitation:
+    """gymnax's interface without its base class (as craftax's environments): CartPole inside,
+    stepping in gymnax 0.0.x's five-value form, a dict observation."""
+
+    def __init__(self):
+        self.inner, self.default_params = envs.make("CartPole-v1"), None
+
+    def reset(self, key, params=None):
+        state, obs = self.inner.reset(key)
+        return {"cart": obs[:2], "pole": obs[2:]}, state
+
+    def step(self, key, state, action, params=None):
+        state, obs, reward, done = self.inner.step(key, state, action)
+        return {"cart": obs[:2], "pole": obs[2:]}, state, reward, done, {}
+
+    def action_space(self, params=None):
+        return type("Discrete", (), {"n": 2, "shape": ()})()
+
+    def observation_space(self, params=None):
+        return None
+
+
+def test_gymnax_interface_without_the_base_class_and_a_dict_observation():
+    env = envs.make(Imitation())
+    assert (env.name, env.obs_size, env.action_size, env.backend) == ("Imitation", 4, 2, "custom")
+    state, obs = env.reset(jax.random.key(0))
+    _, cart = envs.make("CartPole-v1").reset(jax.random.key(0))
+    np.testing.assert_array_equal(obs, cart)  # "cart" before "pole": sorted keys, each flattened
+
+
+def test_flatten_observation_against_numpy():
+    obs = {"b": np.arange(6, dtype=np.int32).reshape(2, 3), "a": (np.float32(7.0), np.ones((1, 2), bool))}
+    expected = np.concatenate([[7.0], [1.0, 1.0], np.arange(6.0)]).astype(np.float32)
+    np.testing.assert_array_equal(jax.jit(envs.flatten_observation)(obs), expected)
+    assert backend.observation_size(obs) == 9
+
+
+def test_a_pytree_observation_of_a_hand_written_env_is_refused_naming_the_fix():
+    env = envs.JaxEnv(name="tree", obs_size=2, action_size=2, discrete=True,
+                      reset=lambda key: (0, {"x": jnp.zeros(2)}),
+                      step=lambda key, s, a: (s, {"x": jnp.zeros(2)}, jnp.float32(0), jnp.bool_(False)))
+    with pytest.raises(ValueError, match=r"'tree'.*pytree.*flatten_observation"):
+        envs.make(env)
+
+
+def test_something_else_names_the_jax_env_route_and_its_page():
+    with pytest.raises(ValueError, match=r"JaxEnv.*docs/environment-libraries.md"):
+        envs.make(object())
+    with pytest.raises(ValueError, match=r"JaxEnv.*docs/environment-libraries.md"):
+        experiments.Study(envs={"thing": object()}, methods=["fixed"], seeds=1, iterations=1).plan()
+
+
+def test_a_missing_library_is_refused_naming_its_extra(monkeypatch):
+    real = backend.installed_version
+    monkeypatch.setattr(backend, "installed_version", lambda p: None if p == "navix" else real(p))
+    with pytest.raises(ValueError, match=r"navix/Navix-Empty-5x5-v0.*navix is not installed.*hcjax\[navix\]"):
+        envs.resolve("navix/Navix-Empty-5x5-v0")
+    with pytest.raises(ValueError, match=r"hcjax\[navix\]"):
+        experiments.Study(envs=["navix/Navix-Empty-5x5-v0"], methods=["fixed"], seeds=1, iterations=1).plan()
+    assert envs.resolve("CartPole-v1").backend == "gymnax"  # a bare name never looks there
+
+
+@pytest.mark.parametrize("factory, words", [
+    ("tests.tiny_env:make_stuck_walk", ["'stuck-walk' does not reset after done", "agents.envs.auto_reset"]),
+    ("tests.tiny_env:make_two_choice_walk", ["'two-choice-walk'", "multi-discrete", "divmod(action, n2)"]),
+])
+def test_adapter_mistakes_are_refused_before_any_work(factory, words, tmp_path, capsys):
+    config = tmp_path / "study.toml"  # no envs, no env_factories: --env-factory completes it
+    config.write_text(tiny_study(["fixed"], 1, 2, 2, envs=()).replace("envs = []\n", ""))
+    code = cli.main(["run", "--config", str(config), "--env-factory", factory, "--out", str(tmp_path / "out"),
+                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    for w in words:
+        assert w in err, err
+    assert not (tmp_path / "out" / "units").exists()
+
+
+@pytest.mark.slow
+def test_the_pages_hand_written_adapter_is_made_traced_and_probed(tmp_path):
+    """docs/environment-libraries.md's adapter (a multi-discrete action flattened, a mask, our
+    auto-reset), as written: `Study.check` builds, traces and probes it; its mask forbids moving
+    left at the left wall."""
+    namespace = run_page_block(LEVERS_ADAPTER, tmp_path)
+    assert [e.label for e in namespace["plan"].envs] == ["levers"]
+    state = {"position": jnp.int32(0), "lever": jnp.int32(0), "t": jnp.int32(0)}
+    assert namespace["legal"](state).tolist() == [False, False, True, True]
+
+
+def test_the_estimate_charges_a_probed_environment(monkeypatch):
+    plan = experiments.Study(envs={"walk": tiny_env.make_walk()}, methods=["fixed"], seeds=2, iterations=10,
+                             eval_every=5, space=SPACE, ppo=TINY_PPO).plan()
+    env = plan.envs[0]
+    assert build.measured(env) and build.probe_batch(plan, env) == 2 * 2
+    costs = {}
+    for compile_s, step_s in ((0.0, 0.0), (100.0, 0.0), (0.0, 0.01)):
+        monkeypatch.setattr(build, "probe", lambda plan, env: envs.Probe("walk", 4, 7, compile_s, step_s, 1, 0, 1))
+        costs[compile_s, step_s] = estimate.group_seconds(plan, env, ["fixed"], speed=2.0)[1]
+    assert math.isclose(costs[100.0, 0.0] - costs[0.0, 0.0], 2 * 100.0 / 2.0)  # two programs, at contention 2
+    steps = 8 // 2  # a rollout of batch_size / num_envs steps of all 4 copies
+    evaluations = 8 * (1 / 2) * 3  # eval_steps x (2 agents x 1 episode, of the 4 copies) x 3 evaluations
+    assert math.isclose(costs[0.0, 0.01] - costs[0.0, 0.0], 0.01 / 2.0 * (10 * steps + evaluations))
+    frames, _ = estimate.group_seconds(plan, env, ["fixed"], speed=2.0, done=6)  # resumed at iteration 6
+    assert frames == 2 * 4 * 8
+
+
+@pytest.mark.slow
+def test_replay_of_a_factory_study_in_a_fresh_process(tmp_path):
+    config = tmp_path / "walk.toml"
+    config.write_text(tiny_study(["fixed"], 2, 4, 2, envs=(), env_factories=(WALK,)))
+    finish(hcjax(["run", "--config", config, "--out", tmp_path / "study", "--no-progress", "--no-plot"]))
+    out = finish(hcjax(["replay", tmp_path / "study", "--unit", "walk__fixed", "--seeds", "0", "1",
+                        "--out", tmp_path / "again"]))  # a new process: nothing built, the manifest's factory
+    assert "importing and calling its factory tests.tiny_env:make_walk" in out
+    source = load_unit(StudyDir(tmp_path / "study").unit_path("walk", "fixed"))
+    replayed = load_unit(StudyDir(tmp_path / "again").unit_path("walk", "replay_fixed"))
+    np.testing.assert_allclose(replayed.eval_reward, source.eval_reward, rtol=1e-5)  # its own seeds: the same run
