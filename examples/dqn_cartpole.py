@@ -108,6 +108,6 @@ def make_train(config):
 if __name__ == "__main__":
     rngs = jax.random.split(jax.random.PRNGKey(42), 4)
     out = jax.block_until_ready(jax.jit(jax.vmap(make_train(CONFIG)))(rngs))
-    greedy = np.asarray(out["metrics"]["greedy_return"])  # (seeds, updates), NaN between evaluations
+    greedy = np.asarray(out["metrics"]["greedy_return"], np.float64)  # (seeds, updates), NaN between evaluations
     evaluated = greedy[:, ~np.isnan(greedy).any(0)]
     print("greedy return of the last 3 evaluations, per seed:", np.round(evaluated[:, -3:], 1).tolist())

@@ -17,9 +17,10 @@ import hcjax
 CONFIG = dict(LR=2.5e-4, NUM_ENVS=4, BUFFER_SIZE=10000, BATCH_SIZE=64, TOTAL_TIMESTEPS=5e4, EPS_START=1.0,
               EPS_FINISH=0.05, EPS_ANNEAL_TIME=2.5e4, LEARNING_STARTS=1000, TARGET_UPDATE_INTERVAL=100, GAMMA=0.99,
               EVAL_EVERY=500, EVAL_EPISODES=4)
-SPACE = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, "log"),
-                     hcjax.Hyperparameter("eps_floor", 0.01, 0.3, "log")])
-TUNER = hcjax.make_tuner("hypercontroller", SPACE, d=4)  # 25 decisions per run: few arms (docs: any algorithm)
+# log ranges a factor 2.5 (learning rate) and 4 (floor) either side of the default, the middle of d=3 arms
+SPACE = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 6.25e-4, "log", default=CONFIG["LR"]),
+                     hcjax.Hyperparameter("eps_floor", 0.0125, 0.2, "log", default=CONFIG["EPS_FINISH"])])
+TUNER = hcjax.control.with_control(hcjax.make_tuner("hypercontroller", SPACE, d=3))  # controls: the defaults
 
 
 class QNetwork(nn.Module):
@@ -47,7 +48,7 @@ def make_train(config):
     network = QNetwork(env.action_space(env_params).n)
     obs_shape = env.observation_space(env_params).shape
 
-    def train(rng):
+    def train(rng, control):  # control: this agent runs the defaults (hcjax.control.controls)
         rng, _rng = jax.random.split(rng)
         params = network.init(_rng, jnp.zeros(obs_shape))
         tx = optax.inject_hyperparams(optax.adam)(config["LR"])
@@ -107,7 +108,7 @@ def make_train(config):
 
         rng, _rng = jax.random.split(rng)
         runner_state = ((train_state, params, buffer, env_state, obsv, _rng),
-                        (TUNER.init(rng), hcjax.objectives.NO_LEVEL))
+                        (hcjax.control.assign(TUNER.init(rng), control), hcjax.objectives.NO_LEVEL))
         runner_state, metrics = jax.lax.scan(_update_step, runner_state, jnp.arange(num_updates))
         return {"runner_state": runner_state, "metrics": metrics}
 
@@ -115,8 +116,10 @@ def make_train(config):
 
 
 if __name__ == "__main__":
-    rngs = jax.random.split(jax.random.PRNGKey(42), 4)
-    out = jax.block_until_ready(jax.jit(jax.vmap(make_train(CONFIG)))(rngs))
-    greedy = np.asarray(out["metrics"]["greedy_return"])  # (seeds, updates), NaN between evaluations
+    rngs, controls = jax.random.split(jax.random.PRNGKey(42), 8), hcjax.control.controls(8)  # 4 tuned, 4 controls
+    hcjax.check_keys(rngs)
+    out = jax.block_until_ready(jax.jit(jax.vmap(make_train(CONFIG)))(rngs, controls))
+    greedy = np.asarray(out["metrics"]["greedy_return"], np.float64)  # (seeds, updates), NaN between evaluations
     evaluated = greedy[:, ~np.isnan(greedy).any(0)]
     print("greedy return of the last 3 evaluations, per seed:", np.round(evaluated[:, -3:], 1).tolist())
+    print(hcjax.control.report(evaluated[:, -3:].mean(1), controls))

@@ -137,8 +137,7 @@ def make_train(config):
 def run_pbt(config, rng, n_agents):
     """PBT over n_agents seeds: num_updates / READY intervals, exploit and explore between them."""
     num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
-    if num_updates % config["READY"]:  # every interval runs READY updates: a remainder would be dropped
-        raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
+    config = dict(config, READY=hcjax.population.interval(num_updates, config["READY"]))  # READY divides the run
     init, train = (jax.jit(jax.vmap(f)) for f in make_train(config))  # the updates compile once, for every interval
 
     @jax.jit  # everything between two intervals in one program (op by op, each op would compile on its own)

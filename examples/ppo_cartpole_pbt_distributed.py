@@ -32,8 +32,7 @@ def run_pbt_sharded(config, seed, n_agents, mesh):
     from examples.ppo_cartpole_pbt import POPULATION, SPACE, make_train
 
     num_updates = int(config["TOTAL_TIMESTEPS"]) // (config["NUM_STEPS"] * config["NUM_ENVS"])
-    if num_updates % config["READY"]:  # every interval runs READY updates: a remainder would be dropped
-        raise ValueError(f"READY={config['READY']} must divide the run's {num_updates} updates")
+    config = dict(config, READY=hcjax.population.interval(num_updates, config["READY"]))  # READY divides the run
     (init, train), agents = make_train(config), agent_sharding(mesh)
 
     def first(rngs, pop_key):  # the population and its agents, before any update

@@ -17,9 +17,9 @@ from agents.networks import orthogonal  # flax's orthogonal init, vmapped, can h
 
 CONFIG = dict(LR=2.5e-4, NUM_ENVS=4, NUM_STEPS=128, TOTAL_TIMESTEPS=2e5, UPDATE_EPOCHS=4, NUM_MINIBATCHES=4,
               GAMMA=0.99, GAE_LAMBDA=0.95, CLIP_EPS=0.2, ENT_COEF=0.01, VF_COEF=0.5, MAX_GRAD_NORM=0.5)
-SPACE = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, "log"),
-                     hcjax.Hyperparameter("clip_eps", 0.1, 0.4)])
-TUNER = hcjax.make_tuner("hypercontroller", SPACE)
+SPACE = hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-4, 1e-2, "log", default=CONFIG["LR"]),
+                     hcjax.Hyperparameter("clip_eps", 0.1, 0.4, default=CONFIG["CLIP_EPS"])])
+TUNER = hcjax.control.with_control(hcjax.make_tuner("hypercontroller", SPACE))  # controls run the defaults
 
 
 class ActorCritic(nn.Module):
@@ -56,7 +56,7 @@ def make_train(config):
     env = LogWrapper(env)
     network = ActorCritic(env.action_space(env_params).n)
 
-    def train(rng):
+    def train(rng, control):  # control: this agent runs the defaults (hcjax.control.controls)
         rng, _rng = jax.random.split(rng)
         params = network.init(_rng, jnp.zeros(env.observation_space(env_params).shape))
         tx = optax.chain(
@@ -131,7 +131,8 @@ def make_train(config):
             return ((train_state, env_state, last_obs, rng), (tuner_state, level)), {**traj_batch.info, **hp}
 
         rng, _rng = jax.random.split(rng)
-        runner_state = ((train_state, env_state, obsv, _rng), (TUNER.init(rng), hcjax.objectives.NO_LEVEL))
+        tuner_state = hcjax.control.assign(TUNER.init(rng), control)
+        runner_state = ((train_state, env_state, obsv, _rng), (tuner_state, hcjax.objectives.NO_LEVEL))
         runner_state, metrics = jax.lax.scan(_update_step, runner_state, jnp.arange(num_updates))
         return {"runner_state": runner_state, "metrics": metrics}
 
@@ -139,9 +140,11 @@ def make_train(config):
 
 
 if __name__ == "__main__":
-    train = jax.jit(jax.vmap(make_train(CONFIG)))
-    out = jax.block_until_ready(train(jax.random.split(jax.random.PRNGKey(42), 4)))
+    rngs, controls = jax.random.split(jax.random.PRNGKey(42), 8), hcjax.control.controls(8)  # 4 tuned, 4 controls
+    hcjax.check_keys(rngs)
+    out = jax.block_until_ready(jax.jit(jax.vmap(make_train(CONFIG)))(rngs, controls))
     info = out["metrics"]  # leaves (seeds, updates, steps, envs)
     done, returns = info["returned_episode"], info["returned_episode_returns"]
     last = (returns * done)[:, -10:].sum((1, 2, 3)) / done[:, -10:].sum((1, 2, 3))
     print("mean return of the episodes finished in the last 10 updates, per seed:", np.round(np.asarray(last), 1))
+    print(hcjax.control.report(last, controls))

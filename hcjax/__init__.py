@@ -7,8 +7,9 @@
     state, values = tuner.step(state, key, objective, decide)   # tell, then ask if decide
 
 Inside your own jitted training loop: `space.as_dict(values)` (values by name),
-`tuner.values(state)` (the configuration in effect), `hcjax.objectives` (what to tell)
-and `hcjax.optax.set_hyperparams` (hyperparameters of an optax optimiser); see
+`tuner.values(state)` (the configuration in effect), `hcjax.objectives` (what to tell),
+`hcjax.optax.set_hyperparams` (hyperparameters of an optax optimiser) and
+`hcjax.control` (a control group at the defaults in the same batch, and its report); see
 docs/own-training-loop.md.
 
 Population-based training over the agent axis (`hcjax.population`):
@@ -28,7 +29,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from hcjax import objectives, optax
+from hcjax import control, objectives, optax, stats
 from hcjax.host import HostTuner
 from hcjax.keys import check_keys
 from hcjax.population import Population, exploit, make_population, population_options, populations
@@ -36,7 +37,7 @@ from hcjax.space import Hyperparameter, Space, ppo_space, unit_space
 from hcjax.tuner import Tuner
 from hcjax.tuners import available, make_tuner, options
 
-__all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "check_keys", "exploit",
-           "make_population", "make_tuner", "objectives", "optax", "options", "population_options", "populations",
-           "ppo_space", "unit_space"]
+__all__ = ["HostTuner", "Hyperparameter", "Population", "Space", "Tuner", "available", "check_keys", "control",
+           "exploit", "make_population", "make_tuner", "objectives", "optax", "options", "population_options",
+           "populations", "ppo_space", "stats", "unit_space"]
 __version__ = "0.1.0"

@@ -8,6 +8,11 @@ to `jax.vmap(train)` (or to `tuner.init`) on the host:
     rngs = jax.random.split(jax.random.PRNGKey(42), 4)
     hcjax.check_keys(rngs)
     out = jax.jit(jax.vmap(train))(rngs)
+
+That check cannot see keys made inside the vmapped function. `Tuner.step` refuses, when
+the program is traced, a key or a tuner state that every agent shares because it does not
+depend on the vmapped arguments: the key of a script whose rng was replaced by a dummy
+`PRNGKey(0)` (hcjax.tuner.check_step_inputs).
 """
 from __future__ import annotations
 
@@ -37,3 +42,4 @@ def check_keys(keys, field: str = "keys") -> None:
             raise ValueError(f"check_keys: {field}[{seen}] and {field}[{agent}] are the same key, so those agents "
                              "draw the same numbers (their tuners start from the same configuration); give each "
                              "its own: jax.random.split(key, n), or jax.random.fold_in(key, agent_index)")
+

@@ -18,6 +18,9 @@ multiplier of the schedule instead, `inject_hyperparams(optax.scale)(step_size=1
 chained after the optimiser, see docs/own-training-loop.md) and an integer one (built
 from a Python int, `sgd(learning_rate=1)` or `adamw(..., weight_decay=0)`: a tuned
 1e-4 would be truncated to 0; build it with a float, `1.0` or `0.0`).
+
+`in_effect(opt_state)` is the learning rate the last update used: the schedule's value
+times the tuned multiplier, what a log should show.
 """
 from __future__ import annotations
 
@@ -103,3 +106,27 @@ def set_hyperparams(opt_state, values: Mapping[str, Any]):
         return node._replace(hyperparams=new)
 
     return jax.tree_util.tree_map(replace, opt_state, is_leaf=_injected)
+
+
+def in_effect(opt_state, name: str = "learning_rate", multiplier: str = "step_size") -> jax.Array:
+    """The value of hyperparameter `name` in effect: its injected value times every injected
+    `multiplier` (the tuned `inject_hyperparams(optax.scale)(step_size=...)` of the schedule
+    recipe; 1 where there is none) -> float32 scalar (one per agent under vmap). Log this,
+    not `step_size`: with a schedule it is `step_size * schedule(t)`.
+
+    optax stores a hyperparameter's value of the last update (a scheduled one's value at
+    that update's count; before any update, the first update's), so after an update this is
+    the rate that update used. ValueError if `name` is not an injected hyperparameter of
+    `opt_state`, or if it is in several injected states (say which one to read)."""
+    nodes = _injected_nodes(opt_state)
+    holders = [node for node in nodes if name in node.hyperparams]
+    if len(holders) != 1:
+        found = "not an injected hyperparameter" if not holders else f"in {len(holders)} injected states"
+        raise ValueError(f"in_effect: {name!r} is {found} of the optimiser state (its injected hyperparameters: "
+                         f"{list(hyperparam_names(opt_state))}); name one that one optax.inject_hyperparams "
+                         "state holds")
+    value = jnp.asarray(holders[0].hyperparams[name], jnp.float32)
+    for node in nodes:
+        if multiplier in node.hyperparams and node is not holders[0]:
+            value = value * jnp.asarray(node.hyperparams[multiplier], jnp.float32)
+    return value

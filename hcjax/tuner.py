@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 from hcjax.space import FLOAT32_MAX, Space, integer_scalar, real_scalar
 
@@ -89,6 +90,9 @@ class Tuner(NamedTuple):
 
         The same numbers as `state = tell(state, objective)` followed, when `decide`, by
         `state, values = ask(state, fold_in(key, STEP_KEY_TAG))`, else `values(state)`.
+        Under `jax.vmap`, a ValueError when traced if every agent gets the same key (one
+        that does not depend on the vmapped arguments, as a dummy `PRNGKey(0)` that
+        replaced the script's rng) or the same state (init from such a key).
         A Python bool decides at trace time; an array runs `jax.lax.cond`. Under
         `jax.vmap` keep `decide` unbatched (computed from the scan's iteration index,
         not from per-agent data): the cond then survives batching and the ask runs on
@@ -96,6 +100,7 @@ class Tuner(NamedTuple):
         vmap turns the cond into a select that computes every ask at every iteration.
         """
         check_decide(self.name, decide)
+        key = check_step_inputs(self, key, state, objective)  # under vmap: a key or state every agent shares
         state = self.tell(state, objective)
         ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
         if isinstance(decide, (bool, np.bool_)):
@@ -121,6 +126,72 @@ def check_decide(name: str, decide) -> None:
         raise ValueError(f"{name}.step: decide must be a Python bool or a bool scalar array (e.g. "
                          f"`update_i % 4 == 0`), got {decide!r}")
 
+
+# Under jax.vmap, a value that does not depend on the vmapped arguments stays unbatched: one
+# value for every agent. A custom_vmap rule sees which of its inputs are batched when the
+# program is traced: `check_step_inputs` refuses what makes agents share their draws, and is
+# the identity (free) outside vmap.
+
+@functools.cache
+def key_dependent_leaves(init: Callable[[jax.Array], State]) -> tuple[bool, ...]:
+    """Per leaf of `init(key)`'s state: whether it depends on the key (found by tracing
+    `init` vmapped over two keys, nothing computed); all False for a tuner whose start
+    ignores the key (`fixed`)."""
+    found = []
+
+    @custom_vmap
+    def probe(state):
+        return state
+
+    @probe.def_vmap
+    def rule(axis_size, in_batched, state):
+        found.append(tuple(jax.tree_util.tree_leaves(in_batched[0])))
+        return state, in_batched[0]
+
+    shapes = jax.eval_shape(jax.vmap(lambda key: probe(init(key))), jax.ShapeDtypeStruct((2, 2), jnp.uint32))
+    return found[0] if found else (False,) * len(jax.tree_util.tree_leaves(shapes))
+
+
+@functools.cache
+def _step_check(name: str, key_dependent: tuple[bool, ...]):
+    """The identity on (key, state, objective) -> key whose vmap rule refuses, for tuner
+    `name`, a key shared by every agent, or a state shared where `init` would draw it from
+    the key (`key_dependent`: per leaf of the state)."""
+
+    @custom_vmap
+    def check(key, state, objective):
+        return key
+
+    @check.def_vmap
+    def rule(axis_size, in_batched, key, state, objective):
+        key_batched, state_batched, objective_batched = in_batched
+        state_batched = jax.tree_util.tree_leaves(state_batched)
+        if not key_batched and (any(state_batched) or objective_batched):
+            raise ValueError(f"{name}.step: every agent under jax.vmap got the same key (it does not depend on the "
+                             "vmapped arguments, e.g. a key split from a fixed jax.random.PRNGKey(0) that replaced "
+                             "the script's rng), so their tuners would ask with the same draws; pass a per-agent "
+                             "key, e.g. jax.random.fold_in(seed_key, update_i) with the vmapped function's own key "
+                             "argument as seed_key")
+        shared = len(state_batched) == len(key_dependent) and any(
+            drawn and not batched for drawn, batched in zip(key_dependent, state_batched))
+        if objective_batched and shared:
+            raise ValueError(f"{name}.step: every agent under jax.vmap has the same tuner state (it does not depend "
+                             "on the vmapped arguments: TUNER.init got a key shared by every agent, or the state was "
+                             "made outside jax.vmap), so every agent starts from the same configuration; initialise "
+                             "it inside the vmapped function from the agent's own key, TUNER.init(rng) before any "
+                             "line that replaces rng")
+        return key, key_batched
+
+    return check
+
+
+def check_step_inputs(tuner: Tuner, key: jax.Array, state, objective) -> jax.Array:
+    """key, unchanged. Under jax.vmap, a ValueError when the program is traced if the key
+    is the same for every agent while the state or objective differs (their asks would
+    share draws), or if the state is the same for every agent, where `tuner.init` draws
+    it from the key, while the objective differs (every tuner started from one
+    configuration). `Tuner.step` calls it."""
+    return _step_check(tuner.name, key_dependent_leaves(tuner.init))(key, state, objective)
 
 INIT_DOC = """init(key) -> state: key: a PRNG key, one per agent (under jax.vmap give every agent
 its own: `hcjax.check_keys(keys)` refuses repeats) -> the tuner's state, a pytree of

@@ -45,12 +45,24 @@ def test_a_tuned_multiplier_scales_an_annealed_learning_rate():
         for _ in range(updates):
             update, state = tx.update(GRADS, state, PARAMS)
             out.append(np.asarray(update))
+            # the rate in effect, by name: the one this SGD update used (update = -rate * gradient)
+            np.testing.assert_allclose(-hcjax.optax.in_effect(state) * np.asarray(GRADS), out[-1], rtol=1e-6)
         return np.stack(out)
 
     plain, tuned = run(1.0), run(40.0)
     rates = np.asarray([schedule(t) for t in range(3)])  # 1e-2, 7.5e-3, 5e-3: annealed
     np.testing.assert_allclose(plain, -rates[:, None] * np.asarray(GRADS), rtol=1e-6)
     np.testing.assert_allclose(tuned, 40.0 * plain, rtol=1e-6)
+    constant = optax.inject_hyperparams(optax.adam)(learning_rate=3e-4)  # no multiplier: the injected value
+    assert float(hcjax.optax.in_effect(constant.init(PARAMS))) == pytest.approx(3e-4)
+    with pytest.raises(ValueError, match=r"in_effect: 'lr' is not an injected hyperparameter.*'learning_rate'\]"):
+        hcjax.optax.in_effect(constant.init(PARAMS), "lr")
+    two = optax.chain(constant, optax.inject_hyperparams(optax.sgd)(learning_rate=1.0))
+    with pytest.raises(ValueError, match=r"'learning_rate' is in 2 injected states"):
+        hcjax.optax.in_effect(two.init(PARAMS))
+    rates = jax.vmap(lambda lr: hcjax.optax.in_effect(hcjax.optax.set_hyperparams(constant.init(PARAMS),
+                                                                                  {"learning_rate": lr})))
+    np.testing.assert_allclose(rates(jnp.asarray([1e-3, 2e-3])), [1e-3, 2e-3], rtol=1e-6)  # one per agent
 
 
 def test_integer_hyperparameters_are_refused_naming_them():
@@ -105,6 +117,61 @@ def test_check_keys_refuses_repeated_keys():
     same = jax.vmap(hcjax.make_tuner("random", SPACE).init)(reused)
     assert same.values[0] == same.values[2]
 
+
+
+def dqn_like(init_from, step_key, controlled=False):
+    """jit(vmap(train)) shaped like upstream PureJaxRL's DQN: the seed's rng resets the
+    environments, then `rng = jax.random.PRNGKey(0)` (its "dummy rng") replaces it, and the
+    scan's key is split from that. init_from: 'dummy' or 'seed' (the vmapped argument);
+    step_key: 'runner' (the dummy's descendants) or 'per-seed' (fold_in of the argument)."""
+    tuner = hcjax.make_tuner("random", SPACE)
+    tuner = hcjax.control.with_control(tuner, values=[2.5e-4]) if controlled else tuner
+
+    def train(seed_rng, control):
+        obs = jax.random.normal(seed_rng, (4,))  # stands for the environments reset from the seed's key
+        rng = jax.random.PRNGKey(0)  # upstream: "use a dummy rng here"
+        state = tuner.init(rng if init_from == "dummy" else seed_rng)
+        state = hcjax.control.assign(state, control) if controlled else state
+
+        def update(carry, i):
+            state, rng, obs = carry
+            rng, _rng = jax.random.split(rng)
+            key = _rng if step_key == "runner" else jax.random.fold_in(seed_rng, i)
+            obs = obs * 0.9 + 0.1 * jax.random.normal(jax.random.fold_in(seed_rng, i), (4,))
+            state, values = tuner.step(state, key, obs.mean(), i % 2 == 0)  # an objective from per-seed data
+            return (state, rng, obs), values
+
+        return jax.lax.scan(update, (state, rng, obs), jnp.arange(6))[1]
+
+    keys = jax.random.split(jax.random.PRNGKey(42), 4)
+    hcjax.check_keys(keys)  # the vmapped keys are distinct: the host check cannot see the dummy
+    return jax.jit(jax.vmap(train))(keys, hcjax.control.controls(4))
+
+
+@pytest.mark.parametrize("init_from, step_key, message", [
+    ("dummy", "runner", r"random\.step: every agent under jax\.vmap got the same key"),
+    ("seed", "runner", r"random\.step: every agent under jax\.vmap got the same key.*fold_in\(seed_key, update_i\)"),
+    ("dummy", "per-seed", r"random\.step: every agent under jax\.vmap has the same tuner state.*TUNER\.init\(rng\)"),
+])
+def test_keys_shared_the_way_upstream_dqn_shares_them_are_refused(init_from, step_key, message):
+    with pytest.raises(ValueError, match=message):
+        dqn_like(init_from, step_key)
+
+
+def test_a_per_seed_step_key_gives_every_agent_its_own_draws():
+    values = np.asarray(dqn_like("seed", "per-seed"))  # (agents, updates, h): the guide's fix runs
+    assert len({v.tobytes() for v in values[:, 0]}) == 4 and len({v.tobytes() for v in values[:, -1]}) == 4
+    with pytest.raises(ValueError, match=r"control\(random\)\.step: every agent under jax\.vmap has the same tuner"):
+        dqn_like("dummy", "per-seed", controlled=True)  # the controls' `which` differs, the tuned states do not
+    dqn_like("seed", "per-seed", controlled=True)
+    fixed = hcjax.make_tuner("fixed", SPACE)  # its state ignores the key: the same for every agent, by design
+    run = jax.vmap(lambda k, o: fixed.step(fixed.init(k), jax.random.fold_in(k, 1), o, True)[1])
+    np.testing.assert_allclose(run(jax.random.split(jax.random.PRNGKey(0), 3), jnp.arange(3.0)),
+                               np.broadcast_to(SPACE.default, (3, 1)), rtol=1e-6)
+    step = jax.vmap(hcjax.make_tuner("random", SPACE).step, in_axes=(0, None, 0, None))  # one key for all: refused
+    states = jax.vmap(hcjax.make_tuner("random", SPACE).init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    with pytest.raises(ValueError, match=r"same key"):
+        step(states, jax.random.PRNGKey(1), jnp.ones(2), True)
 
 def test_shape_errors_name_the_function_called():
     with pytest.raises(ValueError, match=r"^return_change: episode_returns and done"):
@@ -182,6 +249,7 @@ def test_the_guides_schedule_recipe_runs():
     exec(block, scope)
     np.testing.assert_allclose(scope["updates"], -4.0 * 2.5e-4 * np.ones(3), rtol=1e-4)
     assert float(scope["opt_state"][2].hyperparams["step_size"]) == 4.0  # kept across the update
+    assert float(scope["learning_rate"]) == pytest.approx(4.0 * 2.5e-4)  # what the guide logs: the rate in effect
     later, _ = scope["tx"].update(jnp.ones(3), scope["opt_state"], scope["params"])
     assert np.all(np.abs(np.asarray(later)) < 4.0 * 2.5e-4)  # the schedule still anneals under the multiplier
     assert scope["space"].names == ("step_size",)

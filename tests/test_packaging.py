@@ -85,6 +85,19 @@ def test_extras_table_matches_pyproject():
     assert extra_packages("tensorboard") == extra_packages("studies") >= {"tensorboard", "tensorboardX"}
 
 
+# The third-party packages that PureJaxRL's own .py files import (github.com/luchris429/purejaxrl at
+# 31756b1: ppo*.py, dpo_continuous_action.py, dqn.py, wrappers.py, experimental/s5), read from their sources.
+PUREJAXRL_IMPORTS = {"brax", "chex", "distrax", "flashbax", "flax", "gymnax", "jax", "navix", "numpy", "optax", "wandb"}
+
+
+def test_the_guides_purejaxrl_install_line_covers_what_its_files_import():
+    guide = (ROOT / "docs" / "own-training-loop.md").read_text()
+    (extras, packages), = re.findall(r'^pip install "hcjax\[([a-z,]+)\]"((?: [a-z0-9-]+)*)  # PureJaxRL', guide, re.M)
+    installed = {requirement_name(r) for r in PYPROJECT["dependencies"]} | set(packages.split())
+    installed |= {name for extra in extras.split(",") for name in extra_packages(extra)}
+    assert PUREJAXRL_IMPORTS <= installed, PUREJAXRL_IMPORTS - installed
+    assert "brax" in extra_packages("brax") and "brax" not in extra_packages("agents")  # brax: its own extra
+
 def test_version_has_one_source(monkeypatch):
     monkeypatch.setattr(hcjax, "__version__", "9.8.7")
     assert deps.versions()["hcjax"] == "9.8.7"  # hcjax info prints the version of the code it runs

@@ -37,8 +37,8 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="KEY one of LR, NUM_ENVS"):
         dist.config_from(["NUM_ENV=2"], ppo_cartpole_pbt.CONFIG)
     assert dist.config_from(["NUM_ENVS=2", "LR=1e-3"], ppo_cartpole_pbt.CONFIG)["NUM_ENVS"] == 2
-    with pytest.raises(ValueError, match="READY=4 must divide the run's 6 updates"):
-        dist.run_pbt_sharded(dist.config_from(TINY + ["READY=4"], ppo_cartpole_pbt.CONFIG), 0, 4, agent_mesh())
+    with pytest.raises(ValueError, match=r"interval: ready must be an integer in \[1, 6\], got 7"):  # 6 updates
+        dist.run_pbt_sharded(dist.config_from(TINY + ["READY=7"], ppo_cartpole_pbt.CONFIG), 0, 4, agent_mesh())
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,10 @@ Two pairs of scripts (docs/own-training-loop.md), each at the guide's settings:
   examples/dqn_cartpole_tuned.py (a HyperController per seed tuning the learning rate and
   the exploration floor, telling the greedy return's change and deciding at each
   evaluation, inside a lax.cond), 5e4 steps per seed.
-Each program has 4 seeds vmapped in one jitted call. Both of a pair are compiled first
-(warm-up call), then timed in interleaved rounds (untuned, tuned, untuned, ...; the order
-alternates between rounds), each round one whole run of each. Reported per pair:
+Each program has 4 seeds vmapped in one jitted call; the tuned scripts take a control flag per
+seed (hcjax.control), all False here: every seed tuned, the flag batched as in the scripts' runs.
+Both of a pair are compiled first (warm-up call), then timed in interleaved rounds (untuned,
+tuned, untuned, ...; the order alternates between rounds), each round one whole run of each. Reported per pair:
 per-round times, and the median and range of the per-round ratio tuned / untuned
 (target <= 1.02) and of the process CPU time (all threads: the work done, less
 sensitive to a shared machine's load), with the load average before and after. Writes JSON
@@ -30,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 import jax
+import numpy as np
 
 from experiments.benchmarks.timing import print_table, write_json_atomic
 
@@ -63,8 +65,10 @@ def timed(fn, rngs) -> tuple[float, float]:
 def measure(pair: str, config: dict, seeds: int, rounds: int) -> dict:
     """Interleaved rounds of the untuned and tuned programs of `pair` -> per-round times and ratios."""
     untuned, tuned = (load_example(name) for name in PAIRS[pair][:2])
+    tuned_train = tuned.make_train(config)  # train(rng, control): every seed tuned here, none a control
+    tuned_agents = np.zeros(seeds, bool)  # batched, as in the scripts' own runs with a control group
     programs = {"untuned": jax.jit(jax.vmap(untuned.make_train(config))),
-                "tuned": jax.jit(jax.vmap(tuned.make_train(config)))}
+                "tuned": jax.jit(lambda rngs: jax.vmap(tuned_train)(rngs, tuned_agents))}
     rngs = jax.random.split(jax.random.PRNGKey(0), seeds)
     compile_s = {name: timed(fn, rngs)[0] for name, fn in programs.items()}  # compile + first run
     times, cpu_times = {name: [] for name in programs}, {name: [] for name in programs}

@@ -2,6 +2,9 @@
 
 The methodology of Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"
 (the `rliable` package), for the final evaluation reward sums of a study.
+The primitives (IQM, the Mann-Whitney statistic, percentile intervals, each stratum's
+resampling) live in hcjax.stats, shared with the core's control-group report
+(hcjax.control), and are importable from here under the same names.
 
 Input. `scores`: method -> environment -> (S,) per-seed scores (S may differ between
 units; NaN or inf = a seed without a score, dropped). An (environment, method) pair that
@@ -52,22 +55,27 @@ weighs the same), with pointwise bootstrap bands.
 """
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from hcjax.stats import (  # the primitives, in the core (hcjax.control reports with them)
+    CONFIDENCE,
+    REPS,
+    finite,
+    interval,
+    iqm,
+    mann_whitney,
+    mann_whitney_boot,
+    resample,
+    resample_counts,
+)
+from hcjax.stats import stratum_indices as _indices  # noqa: F401 (re-exported: the names stats.py always had)
+from hcjax.stats import stratum_rng as _rng  # noqa: F401
+
 Scores = Mapping[str, Mapping[str, np.ndarray]]  # method -> env -> (S,) per-seed scores
 
-REPS = 2000
-CONFIDENCE = 0.95
 TAUS = np.linspace(0.0, 1.0, 101)
-
-
-def finite(x) -> np.ndarray:
-    """(n,) float64: the finite entries of a per-seed score array, in order."""
-    x = np.asarray(x, np.float64).ravel()
-    return x[np.isfinite(x)]
 
 
 def _present(per_env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -127,49 +135,6 @@ def normalise(scores: Scores, reference: Mapping[str, Sequence[float]] | None = 
     return out
 
 
-def iqm(x, axis: int = -1) -> np.ndarray:
-    """Interquartile mean along `axis` (x: (..., n, ...)): scipy.stats.trim_mean(x, 0.25),
-    i.e. the mean after dropping the floor(n/4) lowest and highest values. NaN when n = 0."""
-    x = np.sort(np.asarray(x, np.float64), axis=axis)
-    n = x.shape[axis]
-    if n == 0:
-        return np.full(np.delete(x.shape, axis % x.ndim), np.nan)[()]
-    cut = n // 4
-    return np.take(x, np.arange(cut, n - cut), axis=axis).mean(axis=axis)
-
-
-def _rng(seed: int, env: str, method: str) -> np.random.Generator:
-    """The generator of one stratum, from (seed, env, method): independent of the study's
-    other strata and of the order in which they are visited."""
-    words = [int(seed)] + [zlib.crc32(s.encode()) for s in (env, method)]
-    return np.random.default_rng(np.random.SeedSequence(words))
-
-
-def _indices(n: int, reps: int, seed: int, env: str, method: str) -> np.ndarray:
-    """(reps, n) bootstrap draws (seed indices, with replacement) of the stratum (env, method)."""
-    return _rng(seed, env, method).integers(0, n, size=(reps, n))
-
-
-def resample(x: np.ndarray, reps: int, seed: int, env: str, method: str) -> np.ndarray:
-    """(reps, n): `reps` bootstrap resamples of the (n,) scores x of the stratum (env, method)."""
-    return x[_indices(x.size, reps, seed, env, method)]
-
-
-def resample_counts(n: int, reps: int, seed: int, env: str, method: str) -> np.ndarray:
-    """(reps, n) float: how often each of the stratum's n seeds is drawn in each resample (the
-    same draws as `resample`), so that a statistic linear in each method's resample is a
-    matrix product."""
-    idx = _indices(n, reps, seed, env, method)
-    flat = (np.arange(reps)[:, None] * n + idx).ravel()
-    return np.bincount(flat, minlength=reps * n).reshape(reps, n).astype(np.float64)
-
-
-def interval(boot: np.ndarray, confidence: float = CONFIDENCE) -> np.ndarray:
-    """boot: (reps, ...) bootstrap values -> (2, ...) percentile interval [low, high]."""
-    tail = 50.0 * (1.0 - confidence)
-    return np.percentile(boot, [tail, 100.0 - tail], axis=0)
-
-
 def _iqm_and_mean(per_env: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """per_env: [(..., n_e)] -> (IQM of all runs pooled, mean over envs of env means), each (...)."""
     pooled = np.concatenate(per_env, axis=-1)
@@ -203,12 +168,6 @@ def aggregates(normalised: Scores, reps: int = REPS, seed: int = 0, confidence: 
     return out
 
 
-def mann_whitney(x: np.ndarray, y: np.ndarray) -> float:
-    """P(X > Y) + 0.5 P(X = Y) over all pairs of the (n,) x and (m,) y."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    return float(np.mean((x[:, None] > y[None, :]) + 0.5 * (x[:, None] == y[None, :])))
-
-
 def probability_of_improvement(x: Mapping[str, np.ndarray], y: Mapping[str, np.ndarray],
                                names: tuple[str, str] = ("x", "y"), reps: int = REPS, seed: int = 0,
                                confidence: float = CONFIDENCE) -> dict:
@@ -223,11 +182,7 @@ def probability_of_improvement(x: Mapping[str, np.ndarray], y: Mapping[str, np.n
     point = np.mean([mann_whitney(sx[env], sy[env]) for env in shared])
     boot = np.zeros(reps)
     for env in shared:
-        a, b = sx[env], sy[env]
-        wins = (a[:, None] > b[None, :]) + 0.5 * (a[:, None] == b[None, :])  # (n, m)
-        ca = resample_counts(a.size, reps, seed, env, names[0])
-        cb = resample_counts(b.size, reps, seed, env, names[1])
-        boot += np.einsum("ri,ij,rj->r", ca, wins, cb) / (a.size * b.size)
+        boot += mann_whitney_boot(sx[env], sy[env], reps, seed, env, names)
     lo, hi = interval(boot / len(shared), confidence)
     return dict(p=float(point), ci=[float(lo), float(hi)], envs=shared)
 

@@ -7,14 +7,22 @@
     # or, with `agents` donated to the jitted call, only the replaced rows, in place:
     agents = hcjax.population.exploit_in_place(agents, parents)
 
-Modules: `base` (the Population interface and registry), `exploit` (the selection rule
-and the gather), `sharding` (the agent axis over every process's devices: `agent_mesh`,
+Modules: `base` (the Population interface and registry; `interval`, a `ready` that divides
+the run), `exploit` (the selection rule and the gather), `sharding` (the agent axis over
+every process's devices: `agent_mesh`,
 `shard_agents`, `replicate`, `exploit_sharded`, `gather_agents`), `pbt`, `pb2` (`pb2_population`), `shared`
 (`hypercontroller_shared`: ridge models learned from every agent's observations, no exploit).
 Importing this package registers the methods.
 """
 from hcjax.population import pb2, pbt, shared  # noqa: F401  (registers the methods)
-from hcjax.population.base import Population, make_population, population_options, populations
+from hcjax.population.base import (
+    IntervalWarning,
+    Population,
+    interval,
+    make_population,
+    population_options,
+    populations,
+)
 from hcjax.population.exploit import exploit, exploit_in_place, quantile_size, select
 from hcjax.population.sharding import (
     agent_mesh,
@@ -25,6 +33,6 @@ from hcjax.population.sharding import (
     shard_agents,
 )
 
-__all__ = ["Population", "agent_mesh", "agent_sharding", "exploit", "exploit_in_place", "exploit_sharded",
-           "gather_agents", "make_population", "population_options", "populations", "quantile_size", "replicate",
-           "select", "shard_agents"]
+__all__ = ["IntervalWarning", "Population", "agent_mesh", "agent_sharding", "exploit", "exploit_in_place",
+           "exploit_sharded", "gather_agents", "interval", "make_population", "population_options", "populations",
+           "quantile_size", "replicate", "select", "shard_agents"]

@@ -11,7 +11,8 @@ gathers every per-agent array (parameters, optimiser state, observation statisti
 with `hcjax.exploit(tree, parents)` and trains with `values`. Agents that were not
 replaced have parents[i] = i and keep their values. The training loop owns the schedule
 (PBT's `ready`): it calls `step` every `ready` iterations with each agent's recent
-performance (e.g. the mean training reward of those iterations).
+performance (e.g. the mean training reward of those iterations); `interval(updates,
+ready)` gives a `ready` that divides the run.
 
 `n` is static (the shapes of the state); options live in the closure, as for `Tuner`.
 `jax.vmap` over a leading axis gives independent populations; the agent axis may be
@@ -19,6 +20,7 @@ sharded over devices (see `hcjax.population.exploit`).
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -93,3 +95,33 @@ def check_objectives(name: str, objectives, n: int) -> jax.Array:
     if dtype is not None and not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
         raise ValueError(f"{name}.step: objectives must be real numbers, got dtype {dtype}")
     return jnp.asarray(objectives, jnp.float32)
+
+
+class IntervalWarning(UserWarning):
+    """`interval` chose another number of iterations between population steps than asked."""
+
+
+def interval(updates: int, ready: int) -> int:
+    """The number of iterations between two population steps for a run of `updates`
+    iterations, so that every interval runs the same `ready` iterations and none is
+    dropped: `ready` itself if it divides `updates`; else the divisor of `updates` nearest
+    to it (the smaller on a tie), said by an IntervalWarning (once per call site, as
+    Python shows warnings). ValueError, naming the divisors on either side of `ready` and
+    the nearest run lengths it divides, when that divisor is more than twice or less than
+    half of `ready` (e.g. a prime number of updates)."""
+    updates = check_int("interval: updates", updates, 1)
+    ready = check_int("interval: ready", ready, 1, updates)
+    if updates % ready == 0:
+        return ready
+    divisors = [k for k in range(1, updates + 1) if updates % k == 0]
+    below = max(k for k in divisors if k < ready)
+    above = min(k for k in divisors if k > ready)
+    chosen = below if ready - below <= above - ready else above
+    if not ready / 2 <= chosen <= 2 * ready:
+        shorter, longer = updates // ready * ready, (updates // ready + 1) * ready
+        raise ValueError(f"interval: ready={ready} does not divide the run's {updates} updates, and its nearest "
+                         f"divisors are {below} and {above}; choose one of them, or a run of {shorter} or {longer} "
+                         "updates")
+    warnings.warn(f"ready={ready} does not divide the run's {updates} updates: using {chosen} (the divisors nearest "
+                  f"{ready} are {below} and {above})", IntervalWarning, stacklevel=2)
+    return chosen

@@ -212,16 +212,38 @@ def controller_memory(h: int, d: int, s: int) -> int:
     return 2 * state + 4 * h * d * (width + s + 2)
 
 
+STARTS = ("uniform", "default")  # hypercontroller's `start`: the paper's, or the space's defaults
+
+
+def default_arms(space: Space, grid: np.ndarray, n_arms: np.ndarray) -> np.ndarray:
+    """(h,) int32: each hyperparameter's arm nearest its default on its scale (in [0, 1]
+    units; the default option's arm for a categorical; the first of two equally near)."""
+    encode = lambda x: np.asarray(space.encode(jnp.asarray(x, jnp.float32)))  # noqa: E731
+    target = encode(np.asarray(space.default, np.float32))  # (h,)
+    arms = np.zeros(space.h, np.int32)
+    for i in range(space.h):
+        column = np.broadcast_to(np.asarray(space.default, np.float32), (int(n_arms[i]), space.h)).copy()
+        column[:, i] = grid[i, : n_arms[i]]
+        arms[i] = int(np.argmin(np.abs(encode(column)[:, i] - target[i])))
+    return arms
+
+
 @register("hypercontroller")
 def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0,
-                    memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
+                    start: str = "uniform", memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """HyperController over `space` with d arms per hyperparameter, memory s, ridge
     lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm); a
-    categorical has one arm per option (module docstring). Memory per agent: about
-    8 h D^(s+1) (s^2 + 2s) bytes, D = max(d, options) (`controller_memory`)."""
+    categorical has one arm per option (module docstring). start: "uniform" (the paper's:
+    the first arms, and every arm chosen while fewer than s objectives were learned from, drawn
+    uniformly) or "default" (the arms nearest the space's defaults, `default_arms`, kept until
+    s objectives were learned from: the run starts where the user's default would). Memory
+    per agent: about 8 h D^(s+1) (s^2 + 2s) bytes, D = max(d, options) (`controller_memory`)."""
     d, s, ridge, beta = check_options("hypercontroller", d, s, ridge, beta)
+    if start not in STARTS:
+        raise ValueError(f"hypercontroller.start must be one of {STARTS}, got {start!r}")
     h = space.h
     grid, n_arms, D, masked = controller_arms(space, d)  # (h, D), (h,)
+    first = jnp.asarray(default_arms(space, np.asarray(grid), np.asarray(n_arms)))
     memory = check_memory("hypercontroller", controller_memory(h, D, s), memory_limit_gib,
                           f"d={d}, s={s} (with h={h} hyperparameters, {D} arms at most)")
     if D ** s >= 2 ** 31:
@@ -238,7 +260,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
             current=jnp.broadcast_to(prior, (h, D, prior.size)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
-            arms=draw_arms(key, n_arms, D, masked),
+            arms=draw_arms(key, n_arms, D, masked) if start == "uniform" else first,
             t=jnp.zeros((), jnp.int32),
             n_invalid=jnp.zeros((), jnp.int32),
         )
@@ -251,7 +273,10 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         return masked_scores(scores, n_arms) if masked else scores
 
     def ask(state, key):
-        state = state.replace(arms=break_ties(key, predictions(state)))
+        arms = break_ties(key, predictions(state))
+        if start == "default":  # the default's arms until the models have data
+            arms = jnp.where(state.t >= s, arms, state.arms)
+        state = state.replace(arms=arms)
         return state, values(state)
 
     def tell(state, objective):
