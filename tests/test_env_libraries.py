@@ -12,6 +12,7 @@ import importlib.util
 import math
 import os
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -58,13 +59,16 @@ def check_ran(result, label: str, lib: str) -> None:
 
 def run_page_block(marker: str, directory) -> dict:
     """docs/environment-libraries.md's python block holding `marker`, run as written in `directory`
-    (its study writes under runs/ there); its namespace."""
+    (its study writes under runs/ there); its namespace, a `result`'s directory made absolute."""
     cwd = os.getcwd()
     os.chdir(directory)
     try:
-        return run_block(marker)
+        namespace = run_block(marker)
     finally:
         os.chdir(cwd)
+    if "result" in namespace:
+        namespace["result"].directory = Path(directory) / namespace["result"].directory
+    return namespace
 
 
 @pytest.mark.slow
