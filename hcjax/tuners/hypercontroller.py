@@ -215,16 +215,19 @@ def controller_memory(h: int, d: int, s: int) -> int:
 STARTS = ("uniform", "default")  # hypercontroller's `start`: the paper's, or the space's defaults
 
 
-def default_arms(space: Space, grid: np.ndarray, n_arms: np.ndarray) -> np.ndarray:
-    """(h,) int32: each hyperparameter's arm nearest its default on its scale (in [0, 1]
-    units; the default option's arm for a categorical; the first of two equally near)."""
-    encode = lambda x: np.asarray(space.encode(jnp.asarray(x, jnp.float32)))  # noqa: E731
-    target = encode(np.asarray(space.default, np.float32))  # (h,)
+def default_arms(space: Space, d: int) -> np.ndarray:
+    """(h,) int32: each hyperparameter's arm (`Space.arm_grid(d)`) nearest its default on its
+    scale (log for a log range; the first of two equally near), the default option's for a
+    categorical. NumPy: a tuner may be made while JAX traces."""
+    grid, n_arms = space.arm_grid(d)
+    default = np.asarray(space.default, np.float64)
     arms = np.zeros(space.h, np.int32)
-    for i in range(space.h):
-        column = np.broadcast_to(np.asarray(space.default, np.float32), (int(n_arms[i]), space.h)).copy()
-        column[:, i] = grid[i, : n_arms[i]]
-        arms[i] = int(np.argmin(np.abs(encode(column)[:, i] - target[i])))
+    for i, p in enumerate(space.hyperparameters):
+        if p.options is not None:
+            arms[i] = int(round(default[i]))
+            continue
+        scale = np.log if p.scale == "log" else (lambda x: x)
+        arms[i] = int(np.argmin(np.abs(scale(grid[i, : n_arms[i]].astype(np.float64)) - scale(default[i]))))
     return arms
 
 
@@ -243,7 +246,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         raise ValueError(f"hypercontroller.start must be one of {STARTS}, got {start!r}")
     h = space.h
     grid, n_arms, D, masked = controller_arms(space, d)  # (h, D), (h,)
-    first = jnp.asarray(default_arms(space, np.asarray(grid), np.asarray(n_arms)))
+    first = default_arms(space, d)
     memory = check_memory("hypercontroller", controller_memory(h, D, s), memory_limit_gib,
                           f"d={d}, s={s} (with h={h} hyperparameters, {D} arms at most)")
     if D ** s >= 2 ** 31:
@@ -260,7 +263,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
             current=jnp.broadcast_to(prior, (h, D, prior.size)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
-            arms=draw_arms(key, n_arms, D, masked) if start == "uniform" else first,
+            arms=draw_arms(key, n_arms, D, masked) if start == "uniform" else jnp.asarray(first),
             t=jnp.zeros((), jnp.int32),
             n_invalid=jnp.zeros((), jnp.int32),
         )
