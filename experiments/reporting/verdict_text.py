@@ -45,11 +45,12 @@ def fraction(x: float) -> str:
 
 
 def share_text(row: dict) -> str:
-    """'48% [30%, 65%]', '48% [unbounded]', or the reason there is no number."""
+    """'48% [30%, 65%]', 'within the noise' (unbounded: its denominator, the gain or the gap, is
+    within the noise), or the reason there is no number."""
     if row["status"] in ("not measured", "no shared environment", "undefined"):
         return row["status"]
-    if row["status"] == "unbounded":
-        return f"{percent(row['estimate'])} [unbounded]"
+    if row["status"] == "unbounded":  # its denominator is within the noise: a point estimate would mean nothing
+        return "within the noise"
     text = f"{percent(row['estimate'])} [{percent(row['low'])}, {percent(row['high'])}]"
     return text + (" not testable" if row["status"] == "not testable" else "")
 
@@ -85,9 +86,10 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
             f" (one run costs {of_sweep})" if cost else "")
     if row["status"] in ("not measured", "no shared environment"):
         return f"its share of the sweep's gain is {row['status']}"
-    number = share_text(row).replace("[unbounded]", "(interval unbounded: the sweep's gain over the default is "
-                                                   "within the noise)")
-    return f"recovers {number} of {of}" + (f" at {cost}" if cost else "")
+    if row["status"] == "unbounded":
+        return "the sweep's gain over the default is within the noise, so there is no share of it to recover" + (
+            f" (one run costs {of_sweep})" if cost else "")
+    return f"recovers {share_text(row)} of {of}" + (f" at {cost}" if cost else "")
 
 
 def _recovery(row: dict, poor: str) -> str:
@@ -95,6 +97,8 @@ def _recovery(row: dict, poor: str) -> str:
         return f"the poor default {poor} is not worse than the default (nothing to recover)"
     if row["status"] in ("not measured", "no shared environment"):
         return f"its recovery from the poor default {poor} is {row['status']}"
+    if row["status"] == "unbounded":
+        return f"the gap from the poor default {poor} to the default is within the noise (no recovery to measure)"
     return f"recovers {share_text(row)} of the gap from the poor default {poor} to the default"
 
 
