@@ -240,34 +240,3 @@ def test_contexts_must_fit_int32():
     with pytest.raises(ValueError, match=r"d\*\*s must be < 2\*\*31 .* got d=65536, s=2"):
         hcjax.make_tuner("hypercontroller", hcjax.unit_space(1), d=2 ** 16, s=2, memory_limit_gib=1e9)
 
-
-def test_start_at_the_default_holds_the_defaults_arms_until_the_models_have_data():
-    """start="default": the first arms are those nearest the defaults (a loop over the grid on
-    each scale: log for a log range, the option for a categorical), held while fewer than s
-    objectives were learned from; from then on every ask is the paper's (the uniform start's
-    ask on the same state and key)."""
-    space = hcjax.Space([hcjax.Hyperparameter("lr", 1e-4, 1e-2, "log", default=2e-3),
-                         hcjax.Hyperparameter("clip", 0.1, 0.5, default=0.33),
-                         hcjax.Hyperparameter.choice("act", ["tanh", "relu", "elu"], default="elu")])
-    d, s = 5, 2
-    tuner = hcjax.make_tuner("hypercontroller", space, d=d, s=s, start="default")
-    paper = hcjax.make_tuner("hypercontroller", space, d=d, s=s)
-    grid = space.grid(d)
-    lr = int(np.argmin([abs(np.log(v) - np.log(2e-3)) for v in grid[0]]))
-    clip = int(np.argmin([abs(v - 0.33) for v in grid[1]]))
-    expected = [lr, clip, 2]
-    state = tuner.init(jax.random.PRNGKey(0))
-    assert np.asarray(state.arms).tolist() == expected
-    for t, key in enumerate(jax.random.split(jax.random.PRNGKey(1), 6)):
-        if t < s:  # no model has data yet: the defaults hold
-            state, values = tuner.ask(state, key)
-            assert np.asarray(state.arms).tolist() == expected
-            np.testing.assert_allclose(np.asarray(values)[:2], [grid[0, lr], grid[1, clip]], rtol=1e-6)
-        else:
-            ours, _ = tuner.ask(state, key)
-            theirs, _ = paper.ask(state, key)
-            np.testing.assert_array_equal(np.asarray(ours.arms), np.asarray(theirs.arms))
-            state = ours
-        state = tuner.tell(state, jnp.float32(np.sin(t)))
-    with pytest.raises(ValueError, match="start must be one of"):
-        hcjax.make_tuner("hypercontroller", space, start="middle")

@@ -176,7 +176,8 @@ def test_a_share_near_no_gain_is_unbounded_and_without_one_undefined(delta, stat
     assert [row["estimate"], row["low"], row["high"]] == pytest.approx(want, abs=1e-9, nan_ok=True)
     sentence = result.sentences["hypercontroller"]
     if status == "unbounded":
-        assert "the sweep's gain over the default is within the noise, so there is no share of it to recover" in sentence
+        assert "the sweep's gain over the default is within the noise, so there is no share of it to recover" \
+            in sentence
         assert "%" not in sentence.split("sweep's incumbent")[-1]  # no point estimate of a share that means nothing
     if status == "undefined":
         assert "the sweep's incumbent does not beat the default, so there is no gain to recover" in sentence

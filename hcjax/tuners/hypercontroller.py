@@ -212,41 +212,16 @@ def controller_memory(h: int, d: int, s: int) -> int:
     return 2 * state + 4 * h * d * (width + s + 2)
 
 
-STARTS = ("uniform", "default")  # hypercontroller's `start`: the paper's, or the space's defaults
-
-
-def default_arms(space: Space, d: int) -> np.ndarray:
-    """(h,) int32: each hyperparameter's arm (`Space.arm_grid(d)`) nearest its default on its
-    scale (log for a log range; the first of two equally near), the default option's for a
-    categorical. NumPy: a tuner may be made while JAX traces."""
-    grid, n_arms = space.arm_grid(d)
-    default = np.asarray(space.default, np.float64)
-    arms = np.zeros(space.h, np.int32)
-    for i, p in enumerate(space.hyperparameters):
-        if p.options is not None:
-            arms[i] = int(round(default[i]))
-            continue
-        scale = np.log if p.scale == "log" else (lambda x: x)
-        arms[i] = int(np.argmin(np.abs(scale(grid[i, : n_arms[i]].astype(np.float64)) - scale(default[i]))))
-    return arms
-
-
 @register("hypercontroller")
 def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0, beta: float = 0.0,
-                    start: str = "uniform", memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
+                    memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Tuner:
     """HyperController over `space` with d arms per hyperparameter, memory s, ridge
     lambda `ridge` and optimism bonus `beta` (0 = the paper's greedy algorithm); a
-    categorical has one arm per option (module docstring). start: "uniform" (the paper's:
-    the first arms, and every arm chosen while fewer than s objectives were learned from, drawn
-    uniformly) or "default" (the arms nearest the space's defaults, `default_arms`, kept until
-    s objectives were learned from: the run starts where the user's default would). Memory
-    per agent: about 8 h D^(s+1) (s^2 + 2s) bytes, D = max(d, options) (`controller_memory`)."""
+    categorical has one arm per option (module docstring). Memory per agent: about
+    8 h D^(s+1) (s^2 + 2s) bytes, D = max(d, options) (`controller_memory`)."""
     d, s, ridge, beta = check_options("hypercontroller", d, s, ridge, beta)
-    if start not in STARTS:
-        raise ValueError(f"hypercontroller.start must be one of {STARTS}, got {start!r}")
     h = space.h
     grid, n_arms, D, masked = controller_arms(space, d)  # (h, D), (h,)
-    first = default_arms(space, d)
     memory = check_memory("hypercontroller", controller_memory(h, D, s), memory_limit_gib,
                           f"d={d}, s={s} (with h={h} hyperparameters, {D} arms at most)")
     if D ** s >= 2 ** 31:
@@ -263,7 +238,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
             current=jnp.broadcast_to(prior, (h, D, prior.size)),
             history=jnp.zeros((h, s), jnp.int32),
             window=jnp.zeros((s,), jnp.float32),
-            arms=draw_arms(key, n_arms, D, masked) if start == "uniform" else jnp.asarray(first),
+            arms=draw_arms(key, n_arms, D, masked),
             t=jnp.zeros((), jnp.int32),
             n_invalid=jnp.zeros((), jnp.int32),
         )
@@ -276,10 +251,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         return masked_scores(scores, n_arms) if masked else scores
 
     def ask(state, key):
-        arms = break_ties(key, predictions(state))
-        if start == "default":  # the default's arms until the models have data
-            arms = jnp.where(state.t >= s, arms, state.arms)
-        state = state.replace(arms=arms)
+        state = state.replace(arms=break_ties(key, predictions(state)))
         return state, values(state)
 
     def tell(state, objective):
