@@ -263,7 +263,7 @@ def figure_verdict(judged: Verdict, path) -> Path:
     """The verdict on the test seeds over all environments, a panel per comparison: per method,
     P(> default), P(> sweep incumbent), P(> fresh runs) with intervals (dashed: 0.5), the share of
     the sweep's gain and the recovery from each poor default (dashed: 0 and 100%); a comparison
-    without a number says why (not measured, undefined) in its row."""
+    without a number says why (not measured, undefined, within the noise) in its row."""
     plt = _matplotlib()
     rows = [r for r in judged.rows if r["phase"] == "test" and r["env"] == ALL and r["kind"] != "cost"]
     comparisons = sorted(dict.fromkeys(r["comparison"] for r in rows), key=column) or ["nothing to compare"]
@@ -283,14 +283,15 @@ def figure_verdict(judged: Verdict, path) -> Path:
         ends = [x for r in mine for x in (r["low"], r["high"]) if np.isfinite(x)]
         low, high = max(-2.0, min([0.0] + ends)), min(3.0, max([1.0] + ends))
         xlim = (low - 0.05 * (high - low), high + 0.05 * (high - low)) if share else (0.0, 1.0)
-        cis = np.clip([[r["low"], r["high"]] for r in mine], *xlim)
+        noise = [r["status"] == "unbounded" for r in mine]  # a share of a gain within the noise: no number
+        cis = np.clip([[np.nan, np.nan] if n else [r["low"], r["high"]] for r, n in zip(mine, noise)], *xlim)
         bases = [r["method"].removeprefix(REPLAY) for r in mine]
         _interval_rows(ax, [method_label(r["method"]) for r in mine], [color(m) or "tab:cyan" for m in bases],
-                       [r["estimate"] for r in mine], cis, xlim)
-        for y, r in zip(np.arange(len(mine))[::-1], mine):
-            if not np.isfinite(r["estimate"]):
-                ax.text(sum(xlim) / 2, y, r["status"], ha="center", va="center", fontsize=8,
-                        bbox=dict(facecolor="white", edgecolor="none"))
+                       [np.nan if n else r["estimate"] for r, n in zip(mine, noise)], cis, xlim)
+        for y, r, n in zip(np.arange(len(mine))[::-1], mine, noise):
+            if n or not np.isfinite(r["estimate"]):
+                ax.text(sum(xlim) / 2, y, "within the noise" if n else r["status"], ha="center", va="center",
+                        fontsize=8, bbox=dict(facecolor="white", edgecolor="none"))
         for x in (0.0, 1.0) if share else (0.5,):
             ax.axvline(x, color="k", ls="--", lw=1)
         if share:
