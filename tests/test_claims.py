@@ -15,7 +15,7 @@ from experiments.reporting import stats as ST
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"
 BLOCK = re.compile(r"<!-- claims: (?P<studies>[^>]*?) -->\n(?P<text>.*?)<!-- /claims -->", flags=re.DOTALL)
-STUDIES = ["cpu_study", "cpu_learn_study", "population_study", "gpu_h100_5b602f1"]
+STUDIES = ["verdict_study", "cpu_study", "cpu_learn_study", "population_study", "gpu_h100_5b602f1"]
 
 
 def page_block() -> re.Match:

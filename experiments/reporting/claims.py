@@ -27,6 +27,7 @@ from experiments.reporting.tables import markdown_table, measurement_notes, one_
 from experiments.reporting.verdict import has_test_seeds
 from experiments.reporting.verdict import verdict as verdict_of
 from experiments.reporting.views import ALL, BASELINE, env_names, grouped, measured_nothing, study_scores
+from experiments.study import protocol
 from experiments.study.methods import label
 from experiments.study.store import load_units, read_manifest
 
@@ -112,8 +113,12 @@ def budget(units, manifest: dict | None = None) -> dict:
     runs actually used, and the device."""
     envs, methods, _ = grouped(units)
     ranges = {frames_range(u.meta["config"]) for u in units}
-    seeds = [int(u.seeds.size) for u in units]
-    return {"envs": envs, "methods": methods, "seeds": (min(seeds), max(seeds)),
+    compared = [u for u in units if protocol.kind(u.meta["method"]).phase == protocol.TUNING_PHASE
+                and u.meta["method"] != protocol.SWEEP] or units  # the sweep's rows are configurations x seeds
+    seeds = [int(u.seeds.size) for u in compared]
+    test = [int(u.seeds.size) for u in units if protocol.kind(u.meta["method"]).phase == protocol.TEST_PHASE]
+    return {"envs": envs, "methods": list(dict.fromkeys(u.meta["method"] for u in compared)),
+            "seeds": (min(seeds), max(seeds)), "test_seeds": max(test, default=0),
             "iterations": sorted({int(u.train_reward.shape[1]) for u in units}),
             "frames": (min(r[0] for r in ranges), max(r[1] for r in ranges)),
             "mean_frames": float(np.mean(np.concatenate([np.ravel(u.frames) for u in units]))),
@@ -179,8 +184,9 @@ def budget_text(b: dict, names: dict[str, str] | None = None) -> str:
     """One sentence: the study's budget (environments named by `names`, as they ran)."""
     iterations = ", ".join(str(t) for t in b["iterations"])
     envs = [(names or {}).get(e, e) for e in b["envs"]]
+    test = f" (and every unit again on {b['test_seeds']} test seeds)" if b.get("test_seeds") else ""
     return (f"{len(b['envs'])} environments ({'; '.join(envs)}) × {len(b['methods'])} methods × "
-            f"{_span(b['seeds'])} seeds; {iterations} iterations of {_span(b['frames'])} frames per iteration "
+            f"{_span(b['seeds'])} seeds{test}; {iterations} iterations of {_span(b['frames'])} frames per iteration "
             f"(tuned; {b['mean_frames']:.0f} used on average); {b['device']}.")
 
 
