@@ -1,17 +1,15 @@
-"""The JAX environment libraries by name (craftax/, jumanji/, navix/, xminigrid/, pgx/), each in
-a tiny study (skipped, saying why, only where the library is not installed: the dev extra
-installs them on Python 3.12); craftax's own object (gymnax's interface without its base
-class) through `Study`; a missing library named by its extra; pytree observations flattened;
-the mistakes of a hand-written adapter (no auto-reset, a multi-discrete action) refused before
-any work; the estimate charging a probed environment's cost; `hcjax replay` of a factory study
-in a fresh process."""
+"""The JAX environment libraries by name (jumanji/, navix/, xminigrid/, pgx/; craftax/ in
+tests/test_env_craftax.py), each in a tiny study (skipped, saying why, only where the library is
+not installed: the dev extra installs them on Python 3.12); a missing library named by its
+extra; pytree observations flattened; the mistakes of a hand-written adapter (no auto-reset, a
+multi-discrete action) refused before any work; the estimate charging a probed environment's
+cost. (`hcjax replay` of a factory study in a fresh process: tests/test_study_cli.py.)"""
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
 import math
 import os
-import time
 from pathlib import Path
 
 import jax
@@ -24,10 +22,10 @@ from agents import envs
 from agents.envs import backend
 from experiments import cli
 from experiments.study import build, estimate
-from experiments.study.store import StudyDir, load_unit
+from experiments.study.store import StudyDir
 from tests import tiny_env
-from tests.cli_runs import WALK, finish, hcjax, tiny_study
-from tests.test_readme import CRAFTAX_BY_NAME, JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
+from tests.cli_runs import tiny_study
+from tests.test_readme import JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
 
 TINY_PPO = dict(num_envs=2, hidden_sizes=[8], update_epochs=1, num_minibatches=2, batch_size=8, eval_steps=8)
 SPACE = [dict(name="learning_rate", low=1e-4, high=1e-2, scale="log")]
@@ -84,43 +82,6 @@ def test_a_tiny_study_of_each_library_by_name(name, tmp_path):
         result, lines = tiny([name], tmp_path / "study")
     check_ran(result, name, lib)
     assert lines is None or any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
-
-
-@pytest.fixture(scope="module")
-def craftax_study(tmp_path_factory):
-    """Craftax-Classic-Symbolic by name and as craftax's own object, in one study: the page's
-    block, as written (craftax compiles for tens of seconds: one fixture)."""
-    library("craftax")
-    t0 = time.perf_counter()
-    result = run_page_block(CRAFTAX_BY_NAME, tmp_path_factory.mktemp("c"))["result"]
-    return result, None, time.perf_counter() - t0
-
-
-@pytest.mark.slow
-def test_craftax_by_name_and_as_its_own_object(craftax_study):
-    result, lines, _ = craftax_study
-    check_ran(result, "craftax/Craftax-Classic-Symbolic-v1", "craftax")
-    check_ran(result, "classic-object", "craftax")  # gymnax's interface, no gymnax base class
-    made = envs.make(envs.make("craftax/Craftax-Classic-Symbolic-v1"))
-    assert (made.obs_size, made.action_size, made.max_episode_steps, made.backend) == (1345, 17, 10000, "craftax")
-
-
-@pytest.mark.slow
-def test_the_craftax_estimate_charges_its_measured_cost(craftax_study):
-    result, _, seconds = craftax_study
-    probes = [build.probe(result_plan, env) for result_plan in [_plan_of(result)] for env in result_plan.envs]
-    assert all(p.compile_seconds > 0 and p.step_seconds > 0 for p in probes)
-    assert result.estimate.seconds > 2 * sum(p.compile_seconds for p in probes) / result.estimate.speed * 0.99
-
-
-def _plan_of(result):
-    """The plan of a finished tiny study (its environments are built in this process already)."""
-    from craftax.craftax_classic.envs.craftax_symbolic_env import CraftaxClassicSymbolicEnv
-
-    name = "craftax/Craftax-Classic-Symbolic-v1"
-    return experiments.Study(envs={name: name, "classic-object": CraftaxClassicSymbolicEnv()}, methods=["fixed"],
-                             seeds=1, iterations=2, eval_every=2, fast_compile=True, space=SPACE,
-                             ppo=TINY_PPO).plan()
 
 
 class Imitation:
@@ -227,16 +188,3 @@ def test_the_estimate_charges_a_probed_environment(monkeypatch):
     assert math.isclose(costs[0.0, 0.01] - costs[0.0, 0.0], 0.01 / 2.0 * (10 * steps + evaluations))
     frames, _ = estimate.group_seconds(plan, env, ["fixed"], speed=2.0, done=6)  # resumed at iteration 6
     assert frames == 2 * 4 * 8
-
-
-@pytest.mark.slow
-def test_replay_of_a_factory_study_in_a_fresh_process(tmp_path):
-    config = tmp_path / "walk.toml"
-    config.write_text(tiny_study(["fixed"], 2, 4, 2, envs=(), env_factories=(WALK,)))
-    finish(hcjax(["run", "--config", config, "--out", tmp_path / "study", "--no-progress", "--no-plot"]))
-    out = finish(hcjax(["replay", tmp_path / "study", "--unit", "walk__fixed", "--seeds", "0", "1",
-                        "--out", tmp_path / "again"]))  # a new process: nothing built, the manifest's factory
-    assert "importing and calling its factory tests.tiny_env:make_walk" in out
-    source = load_unit(StudyDir(tmp_path / "study").unit_path("walk", "fixed"))
-    replayed = load_unit(StudyDir(tmp_path / "again").unit_path("walk", "replay_fixed"))
-    np.testing.assert_allclose(replayed.eval_reward, source.eval_reward, rtol=1e-5)  # its own seeds: the same run

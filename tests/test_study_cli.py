@@ -27,7 +27,7 @@ from experiments import cli, deps
 from experiments.study import engine, interrupts
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, WALK, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, finish, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -402,3 +402,15 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path, cap
     for name in R.SEED_METRICS + ("eval_reward", "eval_iteration"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{name} (killed after {done})")
     assert not ckpt.exists() and not ckpt.parent.exists()  # the empty checkpoint directory goes too
+
+
+@pytest.mark.slow
+def test_replay_of_a_factory_study_in_a_fresh_process(mini_study, tmp_path):
+    """`hcjax replay` of a unit of your own environment in a new process, where nothing is
+    built: it says it imports the factory the manifest recorded, calls it, and replaying the
+    unit on its own seed gives the same run."""
+    out = finish(hcjax(["replay", mini_study, "--unit", "walk__fixed", "--seeds", "0", "--out", tmp_path / "again"]))
+    assert "importing and calling its factory tests.tiny_env:make_walk" in out
+    source = R.load_unit(R.StudyDir(mini_study).unit_path("walk", "fixed"))
+    replayed = R.load_unit(R.StudyDir(tmp_path / "again").unit_path("walk", "replay_fixed"))
+    np.testing.assert_allclose(replayed.eval_reward, source.eval_reward, rtol=1e-5)  # its own seed: the same run
