@@ -22,7 +22,7 @@ CATEGORICAL = 'Hyperparameter.choice("optimizer"'  # docs/tuners.md
 LR_SCHEDULE = "optax.linear_schedule("  # docs/own-training-loop.md, run by tests/test_own_loop_checks.py
 OWN_STUDY = "class Thermostat"  # docs/own-environment.md, run by tests/test_study_api.py
 DISTRIBUTED_STUDY = 'jax.distributed.initialize("host0:12345"'  # docs/studies.md, run by tests/test_distributed.py
-CRAFTAX_BY_NAME = 'CraftaxClassicSymbolicEnv()},'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
+CRAFTAX_BY_NAME = '"classic-object": env}'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 JUMANJI_BY_NAME = 'envs=["jumanji/Snake-v1"]'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 LEVERS_ADAPTER = "def legal(state)"  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 VERDICT = "verdict = experiments.verdict(study)"  # docs/studies.md, run by tests/test_protocol.py
