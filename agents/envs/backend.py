@@ -104,6 +104,22 @@ def is_instance(obj, module: str, cls: str) -> bool:
     return mod is not None and isinstance(obj, getattr(mod, cls))
 
 
+def no_options(name: str, what: str, opts: dict) -> None:
+    """ValueError naming the environment when options were given to `what` (an object of a
+    library that builds its environments itself), which takes none."""
+    if opts:
+        raise ValueError(f"envs.make({name!r}): {what} takes no options, got {sorted(opts)}")
+
+
+def make_with_options(make: Callable, ident: str, kwargs: dict, library: str):
+    """`make(ident, **kwargs)`, a library's own maker; a TypeError (options it does not take)
+    becomes a ValueError naming them."""
+    try:
+        return make(ident, **kwargs)
+    except TypeError as err:
+        raise ValueError(f"envs.make({ident!r}): {library}.make rejected the options {sorted(kwargs)}: {err}") from None
+
+
 def flat_size(shape) -> int:
     return int(math.prod(tuple(shape)))
 

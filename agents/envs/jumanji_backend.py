@@ -27,6 +27,8 @@ from agents.envs.backend import (
     flatten_observation,
     import_module,
     is_instance,
+    make_with_options,
+    no_options,
     observation_size,
     require,
     unsupported,
@@ -42,11 +44,7 @@ def _registry() -> tuple[str, ...]:
 
 def _named(ident: str, **kwargs) -> JaxEnv:
     require(BACKEND)
-    try:
-        env = import_module("jumanji", BACKEND).make(ident, **kwargs)
-    except TypeError as err:
-        raise ValueError(f"envs.make({ident!r}): jumanji.make rejected the options {sorted(kwargs)}: {err}") from None
-    return _jax_env(env, ident)
+    return _jax_env(make_with_options(import_module("jumanji", BACKEND).make, ident, kwargs, "jumanji"), ident)
 
 
 def _accepts(obj) -> bool:
@@ -55,8 +53,7 @@ def _accepts(obj) -> bool:
 
 def _from_object(env, **opts) -> JaxEnv:
     name = type(env.unwrapped).__name__ if hasattr(env, "unwrapped") else type(env).__name__
-    if opts:
-        raise ValueError(f"envs.make({name!r}): a jumanji Environment object takes no options, got {sorted(opts)}")
+    no_options(name, "a jumanji Environment object", opts)
     require(BACKEND)
     return _jax_env(env, name)
 

@@ -21,6 +21,8 @@ from agents.envs.backend import (
     flatten_observation,
     import_module,
     is_instance,
+    make_with_options,
+    no_options,
     observation_size,
     require,
 )
@@ -35,11 +37,7 @@ def _registry() -> tuple[str, ...]:
 
 def _named(ident: str, **kwargs) -> JaxEnv:
     require(BACKEND)
-    try:
-        env = import_module("navix", BACKEND).make(ident, **kwargs)
-    except TypeError as err:
-        raise ValueError(f"envs.make({ident!r}): navix.make rejected the options {sorted(kwargs)}: {err}") from None
-    return _jax_env(env, ident)
+    return _jax_env(make_with_options(import_module("navix", BACKEND).make, ident, kwargs, "navix"), ident)
 
 
 def _accepts(obj) -> bool:
@@ -48,8 +46,7 @@ def _accepts(obj) -> bool:
 
 def _from_object(env, **opts) -> JaxEnv:
     name = type(env).__name__
-    if opts:
-        raise ValueError(f"envs.make({name!r}): a NAVIX Environment object takes no options, got {sorted(opts)}")
+    no_options(name, "a NAVIX Environment object", opts)
     require(BACKEND)
     return _jax_env(env, name)
 

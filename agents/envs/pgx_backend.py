@@ -18,6 +18,7 @@ from agents.envs.backend import (
     flatten_observation,
     import_module,
     is_instance,
+    no_options,
     observation_size,
     require,
 )
@@ -31,8 +32,7 @@ def _registry() -> tuple[str, ...]:
 
 
 def _named(ident: str, **opts) -> JaxEnv:
-    if opts:
-        raise ValueError(f"envs.make({ident!r}): a pgx game takes no options, got {sorted(opts)}")
+    no_options(ident, "a pgx game", opts)
     require(BACKEND)
     return _jax_env(import_module("pgx", BACKEND).make(ident), ident)
 
@@ -43,8 +43,7 @@ def _accepts(obj) -> bool:
 
 def _from_object(env, **opts) -> JaxEnv:
     name = str(getattr(env, "id", type(env).__name__))
-    if opts:
-        raise ValueError(f"envs.make({name!r}): a pgx Env object takes no options, got {sorted(opts)}")
+    no_options(name, "a pgx Env object", opts)
     require(BACKEND)
     return _jax_env(env, name)
 
