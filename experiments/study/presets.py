@@ -103,6 +103,11 @@ VERDICT_SPACE = tuple(dict(h, low=128, high=1024, default=512) if h["name"] == "
 LEARNING_PPO = dict(num_envs=16, hidden_sizes=(64, 64), update_epochs=4, num_minibatches=8, ent_coef=0.0,
                     eval_steps=1000, eval_episodes=4)
 LEARNING_TUNER = dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100))
+# the gymnax tasks' own settings, calibrated with LEARNING_PPO (docs/studies.md): CartPole's and
+# Acrobot's per-step reward is constant, so their objective is the change of the episode return
+LEARNING_ENV_PPO = {"CartPole-v1": dict(objective="return_change", eval_steps=500),
+                    "Acrobot-v1": dict(objective="return_change", eval_steps=500),
+                    "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200)}
 GPU_PATHS = {
     "HalfCheetah-v4": ("halfcheetah", "Brax (spring): jitted and vmapped with the agents on the GPU"),
     "Pusher-v4": ("pusher", "Brax (spring): jitted and vmapped with the agents on the GPU"),
@@ -191,9 +196,7 @@ PRESETS: dict[str, Preset] = {
         space=LEARNING_SPACE,
         ppo=LEARNING_PPO,
         tuner=LEARNING_TUNER,
-        env_ppo={"CartPole-v1": dict(objective="return_change", eval_steps=500),
-                 "Acrobot-v1": dict(objective="return_change", eval_steps=500),
-                 "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200)},
+        env_ppo=LEARNING_ENV_PPO,
         fuse_methods=True,
         description="a CPU study that can tell methods apart: five JAX tasks on which PPO with the fixed "
                     "defaults clearly learns in 100 iterations (gymnax CartPole, Acrobot, Pendulum; Brax reacher "
@@ -227,10 +230,7 @@ PRESETS: dict[str, Preset] = {
         ppo=LEARNING_PPO,
         tuner=dict(LEARNING_TUNER, sweep=dict(configurations=32, seeds=3, seed=0)),
         poor_defaults={"lr_x10": {"learning_rate": 1e-2}, "lr_div10": {"learning_rate": 1e-4}},
-        env_ppo={"CartPole-v1": dict(objective="return_change", eval_steps=500),
-                 "Acrobot-v1": dict(objective="return_change", eval_steps=500),
-                 "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200),
-                 "MountainCar-v0": dict(objective="return_change", eval_steps=200)},
+        env_ppo={**LEARNING_ENV_PPO, "MountainCar-v0": dict(objective="return_change", eval_steps=200)},
         fuse_methods=True,
         description="does tuning help, on seeds it never saw? gymnax CartPole, Acrobot and Pendulum (the default "
                     "learns in 100 iterations) and MountainCar (a sparse reward: it learns poorly); the paper's six "
