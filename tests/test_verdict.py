@@ -12,10 +12,10 @@ import pytest
 import experiments
 from experiments import cli
 from experiments.reporting import claims, plots, tables, verdict_text
-from experiments.reporting import stats as ST
 from experiments.reporting import verdict as V
 from experiments.reporting.views import ALL, final_eval, measured_nothing, study_scores
 from experiments.study.store import StudyDir
+from hcjax.stats import stratum_rng
 from tests import verdict_units as U
 
 REPS = 120
@@ -56,8 +56,8 @@ def slow_incumbent(scores, configuration, n) -> int:
 
 
 def draws(n, seed, env, name):
-    """(REPS, n) seed indices of one stratum, from its generator (stats._rng), one replicate at a time."""
-    rng = ST._rng(seed, env, name)
+    """(REPS, n) seed indices of one stratum, from its generator (hcjax.stats.stratum_rng), one replicate at a time."""
+    rng = stratum_rng(seed, env, name)
     return rng.integers(0, n, size=(REPS, n))
 
 

@@ -70,8 +70,6 @@ from hcjax.stats import (  # the primitives, in the core (hcjax.control reports 
     resample,
     resample_counts,
 )
-from hcjax.stats import stratum_indices as _indices  # noqa: F401 (re-exported: the names stats.py always had)
-from hcjax.stats import stratum_rng as _rng  # noqa: F401
 
 Scores = Mapping[str, Mapping[str, np.ndarray]]  # method -> env -> (S,) per-seed scores
 

@@ -35,8 +35,8 @@ that the verdict compares), each environment weighing the same; P is unchanged b
 
 Intervals: 95% percentile intervals of a stratified bootstrap: each (environment, unit)
 stratum's finite runs are resampled with replacement, independently, by the generator
-`stats._rng(seed, environment, the unit's method)`, the same draws for every statistic; a
-share is computed on each replicate from the replicate's means. Replicates whose denominator
+`hcjax.stats.stratum_rng(seed, environment, the unit's method)`, the same draws for every
+statistic; a share is computed on each replicate from the replicate's means. Replicates whose denominator
 is not positive have no share: if they are more than the interval's tail (2.5%) the interval
 is unbounded (the gain it is a share of is within the noise), else the interval is over the
 others. A stratum of one run cannot vary: such comparisons are 'not testable'. A unit whose
