@@ -39,8 +39,16 @@ from typing import Any
 from agents import envs as agent_envs
 from experiments.study import own_envs, protocol
 from experiments.study.devices import check_seed_count
-from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS
-from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter, poor_values, tuner_options
+from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS, POPULATION_METHODS
+from experiments.study.plan import (
+    SCHEDULE_FIELDS,
+    EnvChoice,
+    Plan,
+    Preset,
+    make_hyperparameter,
+    poor_values,
+    tuner_options,
+)
 from experiments.study.store import unit_name
 from hcjax import Space, ppo_space
 
@@ -309,15 +317,30 @@ def _positive(field: str, value) -> int:
 def choose_env(name: str, preset: Preset) -> EnvChoice:
     """The EnvChoice of a study environment name under `preset`: the preset's `paths`
     first, then any name `agents.envs.resolve` knows (ValueError with the closest names);
-    with the preset's `env_ppo` overrides for it."""
-    ppo = dict(preset.env_ppo.get(name, {}))
+    with the preset's `env_ppo` overrides and `env_schedule` for it."""
+    own = dict(ppo=dict(preset.env_ppo.get(name, {})), schedule=dict(preset.env_schedule.get(name, {})))
     if name in preset.paths:
         make, why = preset.paths[name]
-        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, ppo=ppo)
+        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, **own)
     if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
-                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", ppo=ppo)
-    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
+                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", **own)
+    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", **own)
+
+
+def check_env_schedule(env_schedule) -> dict[str, dict[str, int]]:
+    """Validated `env_schedule`: a table of environment label -> {iterations, eval_every,
+    tune_every} (any of them), each a positive integer; ValueError naming the entry."""
+    if not isinstance(env_schedule, Mapping) or not all(isinstance(v, Mapping) for v in env_schedule.values()):
+        raise ValueError(f"env_schedule must be a table of environment = {{{', '.join(SCHEDULE_FIELDS)}}}, got "
+                         f"{env_schedule!r}")
+    out = {}
+    for label, entry in env_schedule.items():
+        unknown = sorted(set(entry) - set(SCHEDULE_FIELDS))
+        if unknown:
+            raise ValueError(f"env_schedule.{label}: unknown field(s) {unknown}; allowed: {', '.join(SCHEDULE_FIELDS)}")
+        out[label] = {f: _positive(f"env_schedule.{label}.{f}", v) for f, v in entry.items()}
+    return out
 
 
 def check_space(entries) -> tuple[dict, ...]:
@@ -376,16 +399,19 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
-    p = dataclasses.replace(p, space=check_space(p.space))
+    p = dataclasses.replace(p, space=check_space(p.space), env_schedule=check_env_schedule(p.env_schedule),
+                            start_from_poor=_method_list("start_from_poor", p.start_from_poor))
     mine = list(own) + [own_envs.from_factory(ref) for ref in p.env_factories]
     choices = tuple(choose_env(e, p) for e in p.envs) + tuple(
-        EnvChoice(label=o.label, make=o.make, path=o.path, why=o.why, ppo=dict(p.env_ppo.get(o.label, {})))
+        EnvChoice(label=o.label, make=o.make, path=o.path, why=o.why, ppo=dict(p.env_ppo.get(o.label, {})),
+                  schedule=dict(p.env_schedule.get(o.label, {})))
         for o in mine)
     labels = [c.label for c in choices]
-    unknown = sorted(set(p.env_ppo) - set(labels))
-    if unknown:
-        raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; "
-                         f"envs: {', '.join(labels)}")
+    for field in ("env_ppo", "env_schedule"):
+        unknown = sorted(set(getattr(p, field)) - set(labels))
+        if unknown:
+            raise ValueError(f"{field} names environment(s) {unknown} that the study does not run; "
+                             f"envs: {', '.join(labels)}")
     check_unit_names(labels)
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
@@ -398,6 +424,7 @@ def check_protocol(plan: Plan) -> Plan:
     p = plan.preset
     if not isinstance(p.poor_defaults, Mapping) or not all(isinstance(v, Mapping) for v in p.poor_defaults.values()):
         raise ValueError(f"poor_defaults must be a table of name = {{hyperparameter = value}}, got {p.poor_defaults!r}")
+    check_start_from_poor(p)
     test_ids = plan.test_ids
     for name in p.poor_defaults:
         poor_values(plan, protocol.POOR + name)
@@ -411,6 +438,34 @@ def check_protocol(plan: Plan) -> Plan:
             raise ValueError(f"methods {other!r} and {method!r} would share unit files (units/"
                              f"{unit_name('ENV', method)}.npz): rename the poor default")
     return plan
+
+
+def _method_list(field: str, given) -> tuple[str, ...]:
+    """A list of method names as a tuple (ValueError naming `field` for anything else)."""
+    if isinstance(given, str) or not isinstance(given, (list, tuple)) or not all(isinstance(m, str) for m in given):
+        raise ValueError(f"{field} must be a list of the study's methods, got {given!r}")
+    return tuple(given)
+
+
+def check_start_from_poor(p: Preset) -> None:
+    """ValueError naming `start_from_poor` unless it lists methods of the study that can start from
+    a poor default (tuners that learn: not fixed, random_start or the sweep; no population method)
+    and the study has poor defaults to start them from."""
+    given = _method_list("start_from_poor", p.start_from_poor)
+    if not given:
+        return
+    if not p.poor_defaults:
+        raise ValueError("start_from_poor starts methods from the study's poor defaults, and it has none: give "
+                         "poor_defaults (e.g. lr_div10 = {learning_rate = ...}) or leave start_from_poor out")
+    for m in _names("start_from_poor", given):
+        if m not in p.methods:
+            raise ValueError(f"start_from_poor: {m!r} is not one of the study's methods {list(p.methods)}")
+        if m in protocol.NOT_FROM_POOR:
+            raise ValueError(f"start_from_poor: {m!r} cannot start from a poor default as a unit of its own: "
+                             f"{protocol.NOT_FROM_POOR[m]}")
+        if m in POPULATION_METHODS:
+            raise ValueError(f"start_from_poor: {m!r} is a population method, whose agents start at the space's "
+                             f"defaults: run it in a study whose space has the poor default as its default")
 
 
 def check_unit_names(labels: Sequence[str], existing: Sequence[str] = ()) -> None:
