@@ -120,3 +120,27 @@ def _normalised(strata):
         for env, s in side.items():
             measured.setdefault(s.name, {})[env] = s.scores
     return ST.normalise(measured)
+
+
+def test_the_table_beside_arlbench_holds_its_medians_and_ours_per_draw():
+    """On a fabricated Pendulum-v1 study: ARLBench's released incumbents as median [min, max] over
+    its 5 optimisation seeds, our default's means, and our sweep's incumbents per draw (the test
+    unit's rows split by draw), computed here by hand."""
+    rng = np.random.default_rng(5)
+    units = [u for u in U.study(0, envs=("Pendulum-v1",))]
+    test = next(u for u in units if u.meta["method"] == "sweep@test")
+    test.meta["incumbents"] = [{"configuration": 0, "tuning_mean": -300.0}, {"configuration": 5, "tuning_mean": -250.0}]
+    test.eval_reward = np.round(rng.normal(-400.0, 50.0, (6, 2)), 1).astype(np.float32)  # draws of 3 test seeds each
+    result = V.verdict(units, reps=20)
+    rows = {r[0]: r for r in result.beside["Pendulum-v1"]}
+    assert rows["ARLBench random search incumbent (5 optimisation seeds)"][1] == "-905.9 [-952.3, -689.2]"
+    assert rows["ARLBench PBT incumbent (5 optimisation seeds)"][1] == "-701 [-997, -563.8]"
+    assert rows["ARLBench random configuration (median of 160)"][1] == "-1216"
+    fixed = next(u for u in units if u.meta["method"] == "fixed")
+    assert rows["our default"][1] == f"{fixed.eval_reward[:, -1].mean():.4g}"
+    draws = [test.eval_reward[:3, -1].mean(), test.eval_reward[3:, -1].mean()]
+    ours = rows["our sweep incumbent (2 draws)"]
+    assert ours[1] == "-275 [-300, -250]"
+    assert ours[2] == f"{np.median(draws):.4g} [{min(draws):.4g}, {max(draws):.4g}]"
+    assert "HC" in rows and rows["HC"][3].startswith("0.")  # the verdict's P(> default) cell
+    assert "### Beside ARLBench's released runs" in result.markdown

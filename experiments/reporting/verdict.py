@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.reporting import headroom, verdict_text
+from experiments.reporting import arlbench, headroom, verdict_text
 from experiments.reporting import stats as ST
 from experiments.reporting.tables import strict_json
 from experiments.reporting.verdict_text import (
@@ -328,13 +328,16 @@ class Verdict:
     sentences: method -> one plain sentence (test seeds, all environments); flags: 'env /
     method' -> `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's
     size ({'configurations': N, 'seeds': k, 'repeats': R}, {} without a sweep); headroom: env ->
-    `headroom.Headroom` (from the tuning seeds: is there anything above the default to find?)."""
+    `headroom.Headroom` (from the tuning seeds: is there anything above the default to find?);
+    beside: env -> the rows of the table beside ARLBench's released runs (`arlbench.side_by_side`)."""
 
     rows: list[dict]
     sentences: dict[str, str]
     flags: dict[str, str]
     sweep: dict
     headroom: dict = dataclasses.field(default_factory=dict)
+    beside: dict = dataclasses.field(default_factory=dict)
+    budgets: dict = dataclasses.field(default_factory=dict)
 
     @property
     def markdown(self) -> str:
@@ -344,13 +347,16 @@ class Verdict:
     def text(self, level: int = 3) -> str:
         """The Markdown with its headings at `level` (3: ###): the headroom first, then the verdict."""
         rooms = headroom.markdown(self.headroom, f"{'#' * level} Headroom (tuning seeds, before any test seed)")
-        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level)
+        beside = arlbench.markdown(self.beside, f"{'#' * level} Beside ARLBench's released runs", self.budgets)
+        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level) + beside
 
     def json(self) -> str:
         """Everything as strict JSON (NaN and infinities as null)."""
         data = {"rows": self.rows, "sentences": self.sentences, "flags": self.flags, "sweep": self.sweep,
                 "headroom": {env: dict(dataclasses.asdict(r), share=r.share, ceiling=r.ceiling)
-                             for env, r in self.headroom.items()}}
+                             for env, r in self.headroom.items()},
+                "beside_arlbench": {env: [dict(zip(arlbench.HEADER, row)) for row in rows]
+                                    for env, rows in self.beside.items()}}
         return json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n"
 
     @property
@@ -398,6 +404,7 @@ def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, s
     flags = {f"{u.meta['env']} / {u.meta['method']}": measured_nothing(u) for u in units if measured_nothing(u)}
     sweep = sweep_size(units)
     result = Verdict(rows, verdict_text.sentences(rows, sweep), flags, sweep, headroom.headroom(units))
+    result = dataclasses.replace(result, beside=arlbench.side_by_side(units, result), budgets=arlbench.budgets(units))
     if json_path is not None:
         atomic_write_text(json_path, result.json())
     return result

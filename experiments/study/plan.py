@@ -290,25 +290,35 @@ def unit_keys(plan: Plan) -> dict[tuple[str, str], str]:
 def unit_groups(plan: Plan) -> list[tuple[EnvChoice, list[str]]]:
     """(env, methods) run as one program each, in run order: per environment its tuning phase,
     then its test phase (so that everything chosen on the tuning seeds, and the headroom, is
-    known before any test seed runs). Every unit alone, or, with the study's fuse_methods, all
-    units of per-agent tuners of a JAX environment and phase together (compiled once);
-    population methods and the sweep always run alone. The units that read other units' results
-    (the replays and the sweep's incumbents, `protocol`) come last, as one program of replayed
-    schedules."""
+    known before any test seed runs). Every unit alone, or, with the study's fuse_methods, the
+    units of per-agent tuners of a JAX environment and phase together by family (`family`: one
+    program for the cheap tuners, one per GP tuner with its runs from poor defaults; under vmap
+    every agent of a fused program computes every method's ask, and a GP's ask costs a hundred
+    of the others'); population methods and the sweep always run alone. The units that read
+    other units' results (the replays and the sweep's incumbents, `protocol`) come last, as one
+    program of replayed schedules."""
     groups = []
     for env in plan.envs:
         for phase in (protocol.TUNING_PHASE, protocol.TEST_PHASE):
             names = [m for m in plan.methods if not reads_results(m) and protocol.kind(m).phase == phase]
             agentwise = [m for m in names if not methods.is_population(m) and protocol.kind(m).base != protocol.SWEEP]
-            if plan.preset.fuse_methods and env.path != "gymnasium" and len(agentwise) > 1:
-                groups.append((env, agentwise))
-                groups += [(env, [m]) for m in names if m not in agentwise]
-            else:
-                groups += [(env, [m]) for m in names]
+            fused = plan.preset.fuse_methods and env.path != "gymnasium"
+            families = {}
+            for m in agentwise if fused else []:
+                families.setdefault(family(m), []).append(m)
+            groups += [(env, members) for members in families.values()]
+            groups += [(env, [m]) for m in names if not any(m in members for members in families.values())]
         replayed = [m for m in plan.methods if reads_results(m)]
         if replayed:
             groups.append((env, replayed))
     return groups
+
+
+def family(method: str) -> str:
+    """The fused program of a unit's method (`unit_groups`): its GP tuner's name for a GP method
+    (and its runs from poor defaults), "" for every other per-agent tuner."""
+    name = protocol.tuner_method(protocol.kind(method).base)
+    return name if name in methods.GP_METHODS else ""
 
 
 def reads_results(method: str) -> bool:
