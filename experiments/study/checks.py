@@ -95,7 +95,9 @@ def evaluation_bytes(config, env: EnvChoice) -> int:
     """Estimated bytes of one agent's evaluation: its config.eval_episodes episodes run at once
     (vmapped), each holding its environment state and observation (shapes from jax.eval_shape
     of the reset), the policy's activations and the carried scalars, times WORKSPACE_FACTOR.
-    Nothing scales with eval_steps (each step's keys are drawn inside the scan). A host
+    Nothing scales with eval_steps (the step counter is carried by the scan and each step's keys
+    drawn from it: XLA's memory analysis of the compiled evaluation is the same at eval_steps
+    10**3 and 10**6, tests/test_reliability_round5_leftovers.py). A host
     environment's episodes run one after another on the host: its observation only."""
     episode = _episode_bytes(env.make, tuple(config.hidden_sizes))
     return WORKSPACE_FACTOR * config.eval_episodes * episode
