@@ -38,7 +38,7 @@ from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study import own_envs, protocol
-from experiments.study.devices import check_seed_count
+from experiments.study.devices import check_run_count, check_seed_count
 from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS
 from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter, poor_values, tuner_options
 from experiments.study.store import unit_name
@@ -372,10 +372,11 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if p.envs:
         _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
-    check_seed_count("seeds", _positive("seeds", p.seeds))
+    check_run_count("seeds", check_seed_count("seeds", _positive("seeds", p.seeds)))
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
+    check_tables("tuner", p.tuner)
     p = dataclasses.replace(p, space=check_space(p.space))
     mine = list(own) + [own_envs.from_factory(ref) for ref in p.env_factories]
     choices = tuple(choose_env(e, p) for e in p.envs) + tuple(
@@ -390,6 +391,17 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
     return check_protocol(Plan(preset=p, envs=choices))
+
+
+def check_tables(field: str, value) -> None:
+    """ValueError naming `field`.<name> unless `value` is a table of tables (a study's `tuner`:
+    method -> its options): a string given for one would be read as its characters."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} must be a table of name = {{option = value}}, got {value!r}")
+    for name, options in value.items():
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{field}.{name} must be a table of options ({field}={{{name!r}: {{...}}}}, or "
+                             f"[{field}.{name}] in a study file), got {options!r}")
 
 
 def check_protocol(plan: Plan) -> Plan:

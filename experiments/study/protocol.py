@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from experiments.study.devices import check_seed_ids
+from experiments.study.devices import check_run_count, check_seed_ids
 from hcjax.space import option_key
 
 SWEEP = "sweep"
@@ -105,10 +105,12 @@ def test_seed_ids(test_seeds, seeds: int) -> tuple[int, ...]:
         n = int(test_seeds)
         if n < 0:
             raise ValueError(f"test_seeds must be a count >= 0 or a list of seed ids, got {test_seeds!r}")
+        check_run_count("test_seeds", n)  # before any id is made
         start = 100 * max(1, math.ceil(seeds / 100))
         return tuple(int(v) for v in check_seed_ids("test_seeds", list(range(start, start + n)))) if n else ()
     if not isinstance(test_seeds, (list, tuple)):
         raise ValueError(f"test_seeds must be a count >= 0 or a list of seed ids, got {test_seeds!r}")
+    check_run_count("test_seeds", len(test_seeds), " (a list of seed ids)")
     ids = tuple(int(v) for v in check_seed_ids("test_seeds", list(test_seeds)))
     overlap = sorted(set(ids) & set(range(seeds)))
     if overlap:
@@ -131,6 +133,8 @@ def sweep_options(options: Mapping, seeds: int) -> dict:
     if out["seeds"] > seeds:
         raise ValueError(f"tuner.sweep.seeds ({out['seeds']}) must be at most the study's seeds ({seeds}): each "
                          f"configuration runs on tuning seeds 0..k-1")
+    check_run_count("tuner.sweep.configurations x tuner.sweep.seeds", int(out["configurations"]) * int(out["seeds"]),
+                    f" ({out['configurations']} x {out['seeds']}: the sweep's runs, one program)")
     return {k: int(v) for k, v in out.items()}
 
 
@@ -174,10 +178,14 @@ def poor_default_values(space, name: str, values: Mapping) -> np.ndarray:
 def check(study_methods: Sequence[str], poor_defaults: Mapping, test_ids: Sequence[int],
           paths: Mapping[str, str]) -> None:
     """The protocol's own checks of a study (ValueError): a poor default needs `fixed` beside it
-    (the verdict's good default), and the sweep and the replays run on JAX environments only
+    (the verdict's good default), so does a sweep with test seeds (its incumbent is judged
+    against the default), and the sweep and the replays run on JAX environments only
     (`paths`: env label -> its backend path)."""
     if poor_defaults and "fixed" not in study_methods:
         raise ValueError("poor_defaults are compared with the study's default: add 'fixed' to methods")
+    if test_ids and SWEEP in study_methods and "fixed" not in study_methods:
+        raise ValueError("methods: the sweep's incumbent is compared with the study's default on the test seeds, "
+                         "and the verdict has none without 'fixed': add 'fixed' to methods")
     host = sorted(label for label, path in paths.items() if path == "gymnasium")
     if host and SWEEP in study_methods:
         raise ValueError(f"method 'sweep' runs its configurations as one JAX program; gymnasium environments {host} "
