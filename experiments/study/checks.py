@@ -82,6 +82,15 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
                 f"raise --memory-limit-gib")
 
 
+def study_warnings(plan: Plan) -> list[str]:
+    """What a study may run but cannot conclude (said before the work, `StudyRun.execute`): one
+    test seed makes every comparison on the test seeds 'not testable' (a stratum of one run)."""
+    if len(plan.test_ids) == 1:
+        return ["test_seeds gives one test seed: every comparison of the verdict on the test seeds will be 'not "
+                "testable' (one run cannot vary); give at least 2 (a count, or a list of seed ids)"]
+    return []
+
+
 def agent_bytes(config, env: EnvChoice, space) -> int:
     """Estimated bytes of one agent, tuner excluded: its learner state (shapes traced with
     jax.eval_shape, nothing allocated), the trajectory of the largest batch, both times
