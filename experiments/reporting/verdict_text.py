@@ -17,6 +17,8 @@ LANDING = "level from "
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
             "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
+ALL_NAN = "evaluations all NaN"  # a side's evaluations: none finite where it was compared
+NO_NUMBER = ("not measured", "no shared environment", ALL_NAN)  # statuses of rows without a number
 WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from",
          "not testable": "not testable (one run) against"}
 
@@ -49,7 +51,7 @@ def fraction(x: float) -> str:
 def share_text(row: dict) -> str:
     """'48% [30%, 65%]', 'within the noise' (unbounded: its denominator, the gain or the gap, is
     within the noise), or the reason there is no number."""
-    if row["status"] in ("not measured", "no shared environment", "undefined"):
+    if row["status"] in NO_NUMBER + ("undefined",):
         return row["status"]
     if row["status"] == "unbounded":  # its denominator is within the noise: a point estimate would mean nothing
         return "within the noise"
@@ -65,7 +67,7 @@ def cell(row: dict | None) -> str:
         return fraction(row["estimate"])
     if row["kind"] == "share":
         return share_text(row)
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return row["status"]
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row["status"])
     return f"{probability_text(row['estimate'], (row['low'], row['high']))} {mark}"
@@ -73,7 +75,7 @@ def cell(row: dict | None) -> str:
 
 def _against(row: dict, what: str) -> str:
     """'better than the default, 0.62 [0.55, 0.70]' or 'not measured against the default (...)'."""
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"{row['status']} against {what}" + (f" ({row['note']})" if row["note"] else "")
     return f"{WORDS[row['status']]} {what}, {probability_text(row['estimate'], (row['low'], row['high']))}"
 
@@ -86,7 +88,7 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
     if row["status"] == "undefined":
         return "the sweep's incumbent does not beat the default, so there is no gain to recover" + (
             f" (one run costs {of_sweep})" if cost else "")
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"its share of the sweep's gain is {row['status']}"
     if row["status"] == "unbounded":
         return "the sweep's gain over the default is within the noise, so there is no share of it to recover" + (
@@ -100,7 +102,7 @@ def _recovery(row: dict, poor: str, started: bool = True) -> str:
     what = "recovery" if started else "level"
     if row["status"] == "undefined":
         return f"the poor default {poor} is not worse than the default (nothing to recover)"
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"its {what} from the poor default {poor} is {row['status']}"
     if row["status"] == "unbounded":
         return f"the gap from the poor default {poor} to the default is within the noise (no {what} to measure)"

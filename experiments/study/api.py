@@ -35,7 +35,7 @@ from experiments.reporting.views import ran_as
 from experiments.study import build, engine, estimate, own_envs, presets, processes, studyfile
 from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
-from experiments.study.checks import check
+from experiments.study.checks import check, study_warnings
 from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
@@ -311,6 +311,8 @@ class StudyRun:
             groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
             self.log(f"  resuming: {groups}")
         self.log(guess.describe())
+        for warning in study_warnings(plan):
+            self.log(f"warning: {warning}")
         failures: list[engine.UnitFailure] = []
         try:
             engine.run(plan, store, self.keys, self.finished, progress=self.progress, log=self.log,
@@ -350,10 +352,11 @@ class StudyRun:
 def probe_environments(plan: Plan) -> None:
     """Run every environment of the plan that `build.measured` names for a few steps
     (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
-    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix)."""
+    `done`, returns NaN or infinity, or has states where its action mask allows no action
+    (`agents.envs.check_probe`: ValueError naming the environment and the fix)."""
     for env in plan.envs:
         if build.measured(env):
-            agent_envs.check_auto_reset(build.probe(plan, env))
+            agent_envs.check_probe(build.probe(plan, env))
 
 
 def check_environments(plan: Plan) -> None:
