@@ -58,7 +58,7 @@ def test_test_seeds_overlapping_the_tuning_seeds_are_refused_naming_them():
     (dict(tuner={"sweep": {"repeats": 0}}), r"tuner.sweep.repeats must be an integer >= 1"),
     (dict(tuner={"sweep": {"default": 1}}), r"tuner.sweep.default must be true or false"),
     (dict(tuner={"sweep": {"configurations": 10**6, "seeds": 2}}),
-     r"tuner.sweep.repeats x configurations x seeds \(2 x 1000000 x 2: the sweep's runs, one program\) must be"),
+     r"tuner.sweep.repeats x configurations x seeds \(1 x 1000000 x 2: the sweep's runs, one program\) must be"),
     (dict(start_from_poor=["random_start"], methods=["random_start", "fixed"]),
      "start_from_poor: 'random_start' cannot start from a poor default .*fixed:<name> runs that"),
     (dict(start_from_poor=["gp_ucb"]), r"start_from_poor: 'gp_ucb' is not one of the study's methods"),

@@ -48,7 +48,7 @@ def walk_study(**fields) -> experiments.Study:
     (dict(test_seeds=2**31), f"test_seeds must be at most {MAX_RUNS}"),
     (dict(seeds=10**9), f"seeds must be at most {MAX_RUNS}"),
     (dict(methods=["fixed", "sweep"], tuner={"sweep": {"configurations": 10**9}}),
-     f"tuner.sweep.configurations x tuner.sweep.seeds (1000000000 x 2: the sweep's runs, one program) must be at "
+     f"tuner.sweep.repeats x configurations x seeds (1 x 1000000000 x 2: the sweep's runs, one program) must be at "
      f"most {MAX_RUNS}"),
 ], ids=["test_seeds", "test_seeds_2_31", "seeds", "sweep"])
 def test_a_count_is_refused_naming_its_bound_before_anything_is_allocated(fields, words):

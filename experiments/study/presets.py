@@ -485,11 +485,11 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
                   schedule=dict(p.env_schedule.get(o.label, {})))
         for o in mine)
     labels = [c.label for c in choices]
+    dropped = set(preset.envs) - set(labels)  # the preset's own environments that envs= left out
     for field in ("env_ppo", "env_schedule"):
+        p = dataclasses.replace(p, **{field: {k: v for k, v in getattr(p, field).items() if k not in dropped}})
         unknown = sorted(set(getattr(p, field)) - set(labels))
-        if unknown and (envs is not None or env_factories is not None):  # the preset's other environments
-            p = dataclasses.replace(p, **{field: {k: v for k, v in getattr(p, field).items() if k in labels}})
-        elif unknown:
+        if unknown:
             raise ValueError(f"{field} names environment(s) {unknown} that the study does not run; "
                              f"envs: {', '.join(labels)}")
     check_unit_names(labels)
