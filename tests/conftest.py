@@ -50,6 +50,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import compile_budget
+
 _PROFILE_DIR = os.environ.get("HCJAX_TEST_PROFILE")
 # JAX's persistent compilation cache for the whole session: the controller makes it, the xdist
 # workers and the `hcjax` subprocesses of tests/cli_runs.py inherit it through the environment
@@ -73,6 +75,10 @@ COSTLIEST_FIRST = (
     "test_readme.py", "test_own_loop_api.py", "test_host_tuner.py", "test_reliability_study.py", "test_controller.py",
     "test_lgds.py", "test_make_train_eval.py", "test_action_masks.py", "test_agents_population.py",
 )
+
+
+def pytest_addoption(parser):
+    compile_budget.add_option(parser)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -99,6 +105,7 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
     jax.config.update("jax_disable_most_optimizations", os.environ[_FAST_VAR] == "1")
+    compile_budget.register(config)  # the creep guard: programs lowered per file against tests/compile_budget.json
 
 
 @contextlib.contextmanager
@@ -142,6 +149,7 @@ class _CompileCounter:
         import jax
 
         self.count, self.seconds, self.cache_hits, self.trace_s, self.lower_s = 0, 0.0, 0, 0.0, 0.0
+        self.lowered = 0
         self.names: list[tuple[str, float]] = []
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         jax.monitoring.register_event_listener(self._on_event)
@@ -158,6 +166,7 @@ class _CompileCounter:
         elif event == "/jax/core/compile/jaxpr_trace_duration":
             self.trace_s += seconds
         elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            self.lowered += 1
             self.lower_s += seconds
 
 
@@ -173,7 +182,7 @@ if _PROFILE_DIR:
             _counter = _CompileCounter()
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         count, seconds, hits, wall = _counter.count, _counter.seconds, _counter.cache_hits, time.perf_counter()
-        traced, lowered = _counter.trace_s, _counter.lower_s
+        traced, lowered, lowerings = _counter.trace_s, _counter.lower_s, _counter.lowered
         yield
         own2, children2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         line = {
@@ -181,6 +190,7 @@ if _PROFILE_DIR:
             "wall_s": round(time.perf_counter() - wall, 3),
             "cpu_s": round(own2.ru_utime + own2.ru_stime - own.ru_utime - own.ru_stime, 3),
             "child_cpu_s": round(children2.ru_utime + children2.ru_stime - children.ru_utime - children.ru_stime, 3),
+            "lowered": _counter.lowered - lowerings,
             "compiles": _counter.count - count,
             "compile_s": round(_counter.seconds - seconds, 3),
             "cache_hits": _counter.cache_hits - hits,

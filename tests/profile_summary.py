@@ -9,7 +9,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-FIELDS = ("wall_s", "cpu_s", "child_cpu_s", "compiles", "compile_s", "cache_hits", "trace_s", "lower_s")
+FIELDS = ("wall_s", "cpu_s", "child_cpu_s", "lowered", "compiles", "compile_s", "cache_hits", "trace_s", "lower_s")
 
 
 def load(directory: Path) -> list[dict]:

@@ -1,0 +1,189 @@
+"""The creep guard: each test file may lower at most its budget of XLA programs
+(tests/compile_budget.json), so a change that makes the suite compile more fails in the run
+that made it, with the file's name and count, whatever the machine's load.
+
+The count is of programs lowered to XLA (jax.monitoring's jaxpr-to-MLIR event) by the test
+process while the file's tests and fixtures run, not of backend compilations: a persistent-
+cache hit is lowered but not compiled, so the count does not depend on which worker or
+which earlier run filled the cache. At each file's start the process drops its in-memory
+programs (jax.clear_caches() and experiments.study.programs.clear()), so a file's count is
+what it lowers when run alone, whatever ran before it in the same worker: the persistent
+cache makes the programs that files share cheap again. Not counted: what the `hcjax`
+subprocesses of tests/cli_runs.py compile (the profile's child CPU seconds hold them).
+
+The budget has one table per jax minor version (the counts differ between versions). Under a
+version without a table the counts are printed, not checked. A file over its budget, or
+without one, fails the run; the budget changes only on purpose:
+
+    python -m pytest -q -n 2 --dist loadfile --compile-budget=update      # every file
+    python -m pytest -q -p no:xdist tests/test_x.py --compile-budget=update  # one file
+
+records the counts of the files that ran whole (no test deselected) in a run where no test
+failed, and drops the files that no longer exist. `--compile-budget=off` checks nothing.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+BUDGET = Path(__file__).with_name("compile_budget.json")
+_LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+# in-process caches of compiled programs beyond jax's own, dropped at each file's start
+_PROGRAM_CACHES = ("experiments.study.programs",)
+
+
+def add_option(parser) -> None:
+    parser.addoption("--compile-budget", choices=("check", "update", "off"), default="check",
+                     help="check each test file's count of programs lowered against tests/compile_budget.json "
+                          "(check), record this run's counts there (update), or neither (off)")
+
+
+def table_name() -> str:
+    """The budget's table for this jax: 'jax 0.11' (the minor version)."""
+    import jax
+
+    return "jax " + ".".join(jax.__version__.split(".")[:2])
+
+
+def fresh_process_caches() -> None:
+    """Drop the programs this process keeps in memory (jax's caches, the study programs)."""
+    import jax
+
+    jax.clear_caches()
+    for name in _PROGRAM_CACHES:
+        if name in sys.modules:
+            sys.modules[name].clear()
+
+
+class Counting:
+    """In each process that runs tests: the programs lowered per test file (and their names)."""
+
+    def __init__(self, config):
+        import jax
+
+        self.config = config
+        self.file: str | None = None
+        self.files: dict[str, dict] = {}  # file -> {"lowered": n, "names": Counter, "whole": bool}
+        self.deselected: set[str] = set()
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+
+    def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
+        if event == _LOWERED and self.file is not None:
+            row = self.files[self.file]
+            row["lowered"] += 1
+            row["names"][str(kwargs.get("fun_name", "?"))] += 1
+
+    def pytest_deselected(self, items):
+        self.deselected.update(item.nodeid.split("::")[0] for item in items)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        file = item.nodeid.split("::")[0]
+        if file != self.file:  # the previous file's module fixtures were torn down with its last test
+            self.file = None
+            fresh_process_caches()
+            self.files.setdefault(file, {"lowered": 0, "names": Counter()})
+            self.file = file
+        yield
+
+    def counts(self) -> dict[str, dict]:
+        """file -> {"lowered", "whole", "names": the 8 names lowered most}, JSON-ready."""
+        return {f: {"lowered": r["lowered"], "whole": f not in self.deselected,
+                    "names": r["names"].most_common(8)} for f, r in self.files.items()}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        if hasattr(self.config, "workerinput"):  # an xdist worker: its counts go to the controller
+            self.config.workeroutput["hcjax_lowered"] = json.dumps(self.counts())
+
+
+class Guard:
+    """In the process that reports (the xdist controller, or the lone process): gathers the
+    counts, compares them with the budget, fails the run or rewrites the budget."""
+
+    def __init__(self, config, mode: str, counting: Counting | None):
+        self.config, self.mode, self.counting = config, mode, counting
+        self.counts: dict[str, dict] = {}
+        self.lines: list[str] = []
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook
+    def pytest_testnodedown(self, node, error):
+        self.counts.update(json.loads(getattr(node, "workeroutput", {}).get("hcjax_lowered", "{}")))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.counting is not None:
+            self.counts.update(self.counting.counts())
+        if not self.counts:
+            return
+        budget = json.loads(BUDGET.read_text()) if BUDGET.exists() else {}
+        table = table_name()
+        if self.mode == "update":
+            self.lines = self._update(budget, table, session.testsfailed)
+            return
+        total = f"{sum(r['lowered'] for r in self.counts.values())} programs lowered in {len(self.counts)} files"
+        if budget.get(table) is None:
+            self.lines = [f"compile budget: no table for {table} in {BUDGET.name} (it has: "
+                          f"{', '.join(k for k in budget if k.startswith('jax')) or 'none'}); not checked: {total}; "
+                          f"record them with --compile-budget=update"]
+            return
+        self.lines = check(self.counts, budget[table])
+        if self.lines and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        under = [f for f, r in self.counts.items() if r["whole"] and r["lowered"] < budget[table].get(f, 0)]
+        self.lines.append(f"compile budget [{table}]: {total}, {len(self.lines)} over"
+                          + (f"; under budget (lower it with --compile-budget=update): {', '.join(sorted(under))}"
+                             if under else ""))
+
+    def _update(self, budget: dict, table: str, failed: int) -> list[str]:
+        if failed:
+            return [f"compile budget: not updated: {failed} tests failed"]
+        rows = dict(budget.get(table, {}))
+        whole = {f: r["lowered"] for f, r in self.counts.items() if r["whole"]}
+        rows.update(whole)
+        root = Path(self.config.rootpath)
+        rows = {f: n for f, n in sorted(rows.items()) if (root / f).exists()}
+        budget[table] = rows
+        tmp = BUDGET.with_suffix(".tmp")
+        tmp.write_text(json.dumps(budget, indent=1, sort_keys=True) + "\n")
+        tmp.replace(BUDGET)
+        partial = sorted(set(self.counts) - set(whole))
+        return [f"compile budget: recorded {len(whole)} files ({sum(whole.values())} programs) in {BUDGET.name} "
+                f"[{table}]" + (f"; not recorded (tests deselected): {', '.join(partial)}" if partial else "")]
+
+    def pytest_terminal_summary(self, terminalreporter):
+        for line in self.lines:
+            terminalreporter.write_line(line, red=line.startswith("compile budget exceeded"))
+
+
+def check(counts: dict[str, dict], budget: dict) -> list[str]:
+    """One line per file over its budget or without one."""
+    lines = []
+    for file, row in sorted(counts.items()):
+        allowed = budget.get(file)
+        if allowed is None or row["lowered"] > allowed:
+            names = ", ".join(f"{name} x{n}" for name, n in row["names"])
+            what = "no budget" if allowed is None else f"budget {allowed}"
+            lines.append(f"compile budget exceeded: {file} lowered {row['lowered']} XLA programs ({what}); "
+                         f"most lowered: {names}. Share a configuration (docs/development.md#writing-a-test), "
+                         f"or record the new count on purpose: python -m pytest -p no:xdist {file} "
+                         f"--compile-budget=update")
+    return lines
+
+
+def register(config) -> None:
+    """Registers the counting (in every process that runs tests) and the guard (where the
+    run reports), per --compile-budget."""
+    mode = config.getoption("--compile-budget")
+    if mode == "off":
+        return
+    runs_tests = hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no"
+    counting = Counting(config) if runs_tests else None
+    if counting is not None:
+        config.pluginmanager.register(counting, "hcjax-compile-counting")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Guard(config, mode, counting), "hcjax-compile-guard")
