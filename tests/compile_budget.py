@@ -18,8 +18,8 @@ without one, fails the run; the budget changes only on purpose:
     python -m pytest -q -n 2 --dist loadfile --compile-budget=update      # every file
     python -m pytest -q -p no:xdist tests/test_x.py --compile-budget=update  # one file
 
-records the counts of the files that ran whole (no test deselected) in a run where no test
-failed, and drops the files that no longer exist. `--compile-budget=off` checks nothing.
+records the counts of the files that ran whole (no test deselected) and passed, keeps the
+others' budgets, and drops the files that no longer exist. `--compile-budget=off` checks nothing.
 """
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ class Counting:
         self.file: str | None = None
         self.files: dict[str, dict] = {}  # file -> {"lowered": n, "names": Counter, "whole": bool}
         self.deselected: set[str] = set()
+        self.failed: set[str] = set()
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
 
     def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
@@ -79,6 +80,10 @@ class Counting:
 
     def pytest_deselected(self, items):
         self.deselected.update(item.nodeid.split("::")[0] for item in items)
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.add(report.nodeid.split("::")[0])
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -91,8 +96,9 @@ class Counting:
         yield
 
     def counts(self) -> dict[str, dict]:
-        """file -> {"lowered", "whole", "names": the 8 names lowered most}, JSON-ready."""
-        return {f: {"lowered": r["lowered"], "whole": f not in self.deselected,
+        """file -> {"lowered", "whole": no test deselected and none failed, "names": the 8 names
+        lowered most}, JSON-ready."""
+        return {f: {"lowered": r["lowered"], "whole": f not in self.deselected and f not in self.failed,
                     "names": r["names"].most_common(8)} for f, r in self.files.items()}
 
     @pytest.hookimpl(tryfirst=True)
@@ -123,7 +129,7 @@ class Guard:
         budget = json.loads(BUDGET.read_text()) if BUDGET.exists() else {}
         table = table_name()
         if self.mode == "update":
-            self.lines = self._update(budget, table, session.testsfailed)
+            self.lines = self._update(budget, table)
             return
         total = f"{sum(r['lowered'] for r in self.counts.values())} programs lowered in {len(self.counts)} files"
         if budget.get(table) is None:
@@ -139,9 +145,7 @@ class Guard:
                           + (f"; under budget (lower it with --compile-budget=update): {', '.join(sorted(under))}"
                              if under else ""))
 
-    def _update(self, budget: dict, table: str, failed: int) -> list[str]:
-        if failed:
-            return [f"compile budget: not updated: {failed} tests failed"]
+    def _update(self, budget: dict, table: str) -> list[str]:
         rows = dict(budget.get(table, {}))
         whole = {f: r["lowered"] for f, r in self.counts.items() if r["whole"]}
         rows.update(whole)
@@ -152,8 +156,9 @@ class Guard:
         tmp.write_text(json.dumps(budget, indent=1, sort_keys=True) + "\n")
         tmp.replace(BUDGET)
         partial = sorted(set(self.counts) - set(whole))
+        skipped = f"; not recorded (a test deselected or failed): {', '.join(partial)}" if partial else ""
         return [f"compile budget: recorded {len(whole)} files ({sum(whole.values())} programs) in {BUDGET.name} "
-                f"[{table}]" + (f"; not recorded (tests deselected): {', '.join(partial)}" if partial else "")]
+                f"[{table}]{skipped}"]
 
     def pytest_terminal_summary(self, terminalreporter):
         for line in self.lines:

@@ -34,13 +34,15 @@ def test_it():
     if os.environ.get("EXTRA") == "{name}":  # a new program, on purpose
         assert int(jax.jit(lambda x: x * 3)(2)) == 6
 def test_other():
-    assert int(plus_one(2)) == 3
+    assert int(plus_one(2)) == 3 and os.environ.get("FAIL") != "{name}"
 """
 
 
-def pytest_run(folder, *args, extra: str = "") -> subprocess.CompletedProcess:
-    """pytest in `folder` without the installed plugins (faster to start); EXTRA=`extra`."""
-    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{ROOT}", EXTRA=extra, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+def pytest_run(folder, *args, extra: str = "", fail: str = "") -> subprocess.CompletedProcess:
+    """pytest in `folder` without the installed plugins (faster to start); test_`extra`.py
+    compiles a program more, test_`fail`.py fails."""
+    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{ROOT}", EXTRA=extra, FAIL=fail,
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
@@ -64,11 +66,12 @@ def test_a_file_compiling_a_new_program_fails_the_run_and_the_budget_changes_onl
         (tmp_path / f"test_{name}.py").write_text(FILE.format(name=name))
     (tmp_path / "compile_budget.json").write_text(json.dumps({compile_budget.table_name(): {"test_gone.py": 1}}))
 
-    partial = pytest_run(tmp_path, "--compile-budget=update", "--deselect", "test_b.py::test_other")
-    assert partial.returncode == 0, partial.stdout + partial.stderr
-    assert "not recorded (tests deselected): test_b.py" in partial.stdout
+    partial = pytest_run(tmp_path, "--compile-budget=update", "--deselect", "test_b.py::test_other", fail="a")
+    assert partial.returncode == 1, partial.stdout + partial.stderr
+    assert "recorded 0 files" in partial.stdout
+    assert "not recorded (a test deselected or failed): test_a.py, test_b.py" in partial.stdout
     recorded = json.loads((tmp_path / "compile_budget.json").read_text())[compile_budget.table_name()]
-    assert set(recorded) == {"test_a.py"}  # test_gone.py no longer exists: dropped
+    assert recorded == {}  # test_gone.py no longer exists: dropped
 
     update = pytest_run(tmp_path, "--compile-budget=update")
     assert update.returncode == 0, update.stdout + update.stderr
