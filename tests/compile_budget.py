@@ -6,7 +6,7 @@ The count is of programs lowered to XLA (jax.monitoring's jaxpr-to-MLIR event) b
 process while the file's tests and fixtures run, not of backend compilations: a persistent-
 cache hit is lowered but not compiled, so the count does not depend on which worker or
 which earlier run filled the cache. At each file's start the process drops its in-memory
-programs (jax.clear_caches() and experiments.study.programs.clear()), so a file's count is
+programs (jax.clear_caches(), the study programs and probes of experiments.study), so a file's count is
 what it lowers when run alone, whatever ran before it in the same worker: the persistent
 cache makes the programs that files share cheap again. Not counted: what the `hcjax`
 subprocesses of tests/cli_runs.py compile (the profile's child CPU seconds hold them).
@@ -24,6 +24,7 @@ others' budgets, and drops the files that no longer exist. `--compile-budget=off
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from collections import Counter
 from pathlib import Path
@@ -32,8 +33,9 @@ import pytest
 
 BUDGET = Path(__file__).with_name("compile_budget.json")
 _LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-# in-process caches of compiled programs beyond jax's own, dropped at each file's start
-_PROGRAM_CACHES = ("experiments.study.programs",)
+# what a process keeps beyond jax's own caches that saves a later file a lowering, dropped at each
+# file's start: (module, the function that drops it): the study programs, the environment probes
+_PROGRAM_CACHES = (("experiments.study.programs", "clear"), ("experiments.study.build", "_probe.cache_clear"))
 
 
 def add_option(parser) -> None:
@@ -50,13 +52,14 @@ def table_name() -> str:
 
 
 def fresh_process_caches() -> None:
-    """Drop the programs this process keeps in memory (jax's caches, the study programs)."""
+    """Drop the programs this process keeps in memory (jax's caches, the study programs and
+    environment probes): a file then lowers what it would lower alone."""
     import jax
 
     jax.clear_caches()
-    for name in _PROGRAM_CACHES:
+    for name, drop in _PROGRAM_CACHES:
         if name in sys.modules:
-            sys.modules[name].clear()
+            operator.attrgetter(drop)(sys.modules[name])()
 
 
 class Counting:
