@@ -6,9 +6,9 @@ The count is of programs lowered to XLA (jax.monitoring's jaxpr-to-MLIR event) b
 process while the file's tests and fixtures run, not of backend compilations: a persistent-
 cache hit is lowered but not compiled, so the count does not depend on which worker or
 which earlier run filled the cache. At each file's start the process drops its in-memory
-programs (jax.clear_caches(), the study programs and probes of experiments.study), so a file's count is
-what it lowers when run alone, whatever ran before it in the same worker: the persistent
-cache makes the programs that files share cheap again. Not counted: what the `hcjax`
+programs (jax.clear_caches(), the study programs and probes of experiments.study), so a
+file's count is what it lowers when run alone, whatever ran before it in the same worker: the
+persistent cache makes the programs that files share cheap again. Not counted: what the `hcjax`
 subprocesses of tests/cli_runs.py compile (the profile's child CPU seconds hold them).
 
 The budget has one table per jax minor version (the counts differ between versions). Under a
