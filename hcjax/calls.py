@@ -164,15 +164,27 @@ def value_text(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1 else f"{v:.4g}"
 
 
-def collapse_text(runs: list[dict], total: int, group: str = "", named=None) -> str:
-    """'1 of 20 tuned runs collapsed (seed 7: 9.4, learning_rate 0.01)'; '' without a collapse.
-    named: run -> its label (default `run_text`); the first few are named."""
+def collapse_text(runs: list[dict], total: int, group: str = "", named=None, chance: float | None = None) -> str:
+    """'1 of 20 tuned runs collapsed (seed 7: 9.4, learning_rate 0.01; 0.95 expected by chance)';
+    '' without a collapse. named: run -> its label (default `run_text`); the first few are named;
+    chance: how many would fall below the reference's worst run if the group were drawn as the
+    reference is (`by_chance`), said beside them."""
     if not runs:
         return ""
     named = named or run_text
     shown = "; ".join(named(r) for r in runs[:_SHOWN_COLLAPSES])
     more = f"; {len(runs) - _SHOWN_COLLAPSES} more" if len(runs) > _SHOWN_COLLAPSES else ""
-    return f"{len(runs)} of {total} {group + ' ' if group else ''}runs collapsed ({shown}{more})"
+    odds = "" if chance is None else f"; {chance:.2g} expected by chance"
+    return f"{len(runs)} of {total} {group + ' ' if group else ''}runs collapsed ({shown}{more}{odds})"
+
+
+def by_chance(sizes) -> float:
+    """How many runs of a group would end below every run of the reference on their task if
+    both were drawn from one distribution: sum over tasks of n_t / (m_t + 1), for (n_t runs,
+    m_t reference runs) per task (each run is the lowest of its m_t + 1 with probability
+    1 / (m_t + 1)). About one for equal groups of any size: a single collapse is no evidence by
+    itself; its score and hyperparameters are."""
+    return float(sum(n / (m + 1) for n, m in sizes))
 
 
 def few_seeds(n: int, tasks: int = 1, what: str = "each group") -> str:

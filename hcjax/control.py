@@ -131,7 +131,8 @@ class ControlReport(NamedTuple):
                 "not separated": "tuned and its control not separated"}.get(self.verdict, f"tuned against its "
                                                                                     f"control: {self.call.words}")
         fell = calls.collapse_text(list(self.collapsed), self.n_tuned, "tuned",
-                                   lambda r: calls.run_text(r, self.seed_word))
+                                   lambda r: calls.run_text(r, self.seed_word),
+                                   calls.by_chance([(self.n_tuned, self.n_control)]))
         if fell:
             head += f", {'but' if self.verdict == 'better' else 'and'} {fell}"
         p = f"P(tuned > control) = {self.call.numbers}"

@@ -96,13 +96,19 @@ def _stratum(ranks: bytes, n: int) -> tuple[int, int, np.ndarray]:
     return n * low, step, probs
 
 
+@lru_cache(maxsize=64)
+def _null(ranks: tuple[bytes, ...], sizes: tuple[tuple[int, int], ...]) -> _Null:
+    """The null distribution of one tie pattern (each task's sorted doubled midranks, as bytes), cached."""
+    return _Null([np.frombuffer(r, np.int64) for r in ranks], list(sizes))
+
+
 class _Null:
     """The null distribution of S on one tie pattern: S = base + unit * L, L = sum_t stride_t j_t.
     exact: (L + 1,) probabilities over the lattice; else None (draw splits)."""
 
     def __init__(self, ranks: list[np.ndarray], sizes: list[tuple[int, int]]):
         self.ranks, self.sizes, self.T = ranks, sizes, len(sizes)
-        self.strata = [_stratum(np.sort(r).tobytes(), n) for r, (n, _) in zip(ranks, sizes)]
+        self.strata = [_stratum(r.tobytes(), n) for r, (n, _) in zip(ranks, sizes)]
         # task t adds (offset_t + step_t j - n_t (n_t + 1)) / (2 n_t m_t T) to S
         slopes = [Fraction(step, 2 * n * m * self.T) for (_, step, _), (n, m) in zip(self.strata, sizes)]
         self.unit = Fraction(math.gcd(*(s.numerator for s in slopes)), math.lcm(*(s.denominator for s in slopes)))
@@ -173,7 +179,7 @@ def p_values(xs, ys, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
         _, first, which = np.unique(patterns, axis=0, return_index=True, return_inverse=True)
     p, how = np.empty(stat.shape), "exact"
     for g, row in enumerate(first):
-        null = _Null([r[row] for r in ranks], sizes)
+        null = _null(tuple(np.sort(r[row]).tobytes() for r in ranks), tuple(sizes))
         mine = which.ravel() == g
         p[mine] = null.p_values(stat[mine], seed)
         how = how if null.exact is not None else f"monte carlo ({SPLITS} splits)"
