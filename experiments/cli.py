@@ -24,6 +24,7 @@ from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.spacetext import parse_hyperparameter
 from experiments.study.store import StudyBusy, StudyDir
+from hcjax.calls import FewSeedsWarning
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
 that is a file, unwritable, in use by another run, or holding another study, a link or a
@@ -268,10 +269,16 @@ def run_study(args) -> int:
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     try:
         study = study_of(args)
-        with _without_known_prints():  # resolving names imports the registries
+        with _without_known_prints(), warnings.catch_warnings(record=True) as said:  # names import the registries
+            warnings.simplefilter("always", FewSeedsWarning)
             study.check(args.memory_limit_gib)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
+    for w in said:  # a study too small for a claim: said before any work, and the run goes on
+        if issubclass(w.category, FewSeedsWarning):
+            print(f"hcjax run: warning: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     with contextlib.ExitStack() as stack:
         try:
             run = stack.enter_context(study.open(args.out, progress=not args.no_progress,

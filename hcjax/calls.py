@@ -187,22 +187,22 @@ def by_chance(sizes) -> float:
     return float(sum(n / (m + 1) for n, m in sizes))
 
 
-def few_seeds(n: int, tasks: int = 1, what: str = "each group") -> str:
+def few_seeds(n: int, tasks: int = 1, what: str = "each group", task: str = "task") -> str:
     """The warning for groups of `n` runs each on each of `tasks` tasks ('' from MIN_SEEDS on);
-    what: the groups, in words."""
+    what: the groups, in words; task: what a task is called (a study's: 'environment')."""
     if n >= MIN_SEEDS:
         return ""
     alone = smallest_p([(n, n)] * tasks) > 1.0 - CONFIDENCE
     overall = ("no comparison can call a difference at all" if alone or tasks == 1 else
-               f"only comparisons over all {tasks} tasks can")
-    return (f"{n} runs in {what}: below hcjax.calls.MIN_SEEDS = {MIN_SEEDS}, a difference on one task cannot be "
-            f"called (it reads 'too few seeds to tell'), and {overall}; give each group at least {MIN_SEEDS} "
+               f"only comparisons over all {tasks} {task}s can")
+    return (f"{n} runs in {what}: below hcjax.calls.MIN_SEEDS = {MIN_SEEDS}, a difference on one {task} cannot "
+            f"be called (it reads 'too few seeds to tell'), and {overall}; give each group at least {MIN_SEEDS} "
             "(docs/studies.md#how-many-seeds)")
 
 
-def warn_few_seeds(n: int, what: str = "each group", tasks: int = 1, stacklevel: int = 3) -> str:
-    """Warn (FewSeedsWarning) with `few_seeds(n, tasks, what)` when it says something; returns it."""
-    message = few_seeds(n, tasks, what)
+def warn_few_seeds(n: int, what: str = "each group", tasks: int = 1, stacklevel: int = 3, task: str = "task") -> str:
+    """Warn (FewSeedsWarning) with `few_seeds(n, tasks, what, task)` when it says something; returns it."""
+    message = few_seeds(n, tasks, what, task)
     if message:
         warnings.warn(message, FewSeedsWarning, stacklevel=stacklevel)
     return message

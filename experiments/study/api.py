@@ -38,6 +38,7 @@ from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
 from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.store import StudyBusy, StudyDir
+from hcjax import calls
 
 PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
 # a Study's own attributes (the others, Preset fields set on a Study, live in its `changes`)
@@ -161,6 +162,7 @@ class Study:
                                      iterations=self.iterations, space=self.space,
                                      env_factories=self.env_factories, own=own)
         self._planned_from, self._builds = inputs, own_envs.builds(e.make for e in self._plan.envs)
+        warn_few_seeds(self._plan)
         return self._plan
 
     def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:
@@ -246,6 +248,16 @@ class Study:
         with self.open(out, resume=resume, progress=progress, tensorboard=tensorboard,
                        memory_limit_gib=memory_limit_gib, log=log) as run:
             return run.execute(plot=plot)
+
+
+def warn_few_seeds(plan: Plan) -> str:
+    """Warn (hcjax.calls.FewSeedsWarning), once per new plan and before any work, when the seeds its
+    claims are made on (the test seeds; without them, the seeds) are fewer than hcjax.calls.MIN_SEEDS
+    per method and environment; returns the message ('' when none)."""
+    test = len(plan.test_ids)
+    what = (f"each method's test seeds (test_seeds: {test}), where the verdict makes its claims" if test else
+            f"each method's seeds (seeds = {plan.preset.seeds}), where its comparisons are made")
+    return calls.warn_few_seeds(test or plan.preset.seeds, what, len(plan.envs), stacklevel=4, task="environment")
 
 
 class _Same:
