@@ -158,3 +158,32 @@ def test_controls_warn_below_the_smallest_group_that_can_be_called():
     assert "only comparisons over all 3 tasks can" in calls.few_seeds(2, tasks=3)
     assert "no comparison can call a difference at all" in calls.few_seeds(2, tasks=2)
     assert calls.few_seeds(4, tasks=1) == ""
+
+
+def test_the_bootstrap_rule_it_replaced_called_small_groups_often():
+    """experiments.benchmarks.bench_calls' two rules at 2 + 2 runs on one task: the percentile
+    bootstrap's interval excluded 1/2 for about a third of one-distribution pairs (31% in its
+    table); the exact test can call none there."""
+    from experiments.benchmarks import bench_calls
+
+    rng = np.random.default_rng(0)
+    xs, ys = bench_calls.groups(rng, 1, 2, 400)
+    assert bench_calls.bootstrap_rate(rng, xs, ys, reps=200) > 0.2
+    assert bench_calls.call_rate(xs, ys) == 0.0
+
+
+def test_the_guides_seed_sets_pool_into_one_report():
+    """experiments.benchmarks.guide_claims.report: the seed sets' agents as one group each."""
+    from experiments.benchmarks import guide_claims
+
+    rng = np.random.default_rng(1)
+    runs = [{"scores": rng.normal(400.0, 50.0, 8).tolist(), "controls": C.controls(8).tolist(),
+             "seeds": [100 * k + i for i in range(8)], "final": {"learning_rate": rng.uniform(1e-4, 1e-2, 8).tolist()}}
+            for k in (7, 8)]
+    runs[1]["scores"][2] = 5.0  # a tuned agent (seed 802) below every control
+    pooled = guide_claims.report(runs)
+    alone = C.report(np.concatenate([r["scores"] for r in runs]), np.concatenate([r["controls"] for r in runs]),
+                     seeds=np.concatenate([r["seeds"] for r in runs]),
+                     hyperparameters={"learning_rate": np.concatenate([r["final"]["learning_rate"] for r in runs])})
+    assert str(pooled) == str(alone) and (pooled.n_tuned, pooled.n_control) == (8, 8)
+    assert [c["seed"] for c in pooled.collapsed] == [802]
