@@ -97,16 +97,17 @@ def _stratum(ranks: bytes, n: int) -> tuple[int, int, np.ndarray]:
 
 
 @lru_cache(maxsize=64)
-def _null(ranks: tuple[bytes, ...], sizes: tuple[tuple[int, int], ...]) -> _Null:
-    """The null distribution of one tie pattern (each task's sorted doubled midranks, as bytes), cached."""
-    return _Null([np.frombuffer(r, np.int64) for r in ranks], list(sizes))
+def _null(ranks: tuple[bytes, ...], sizes: tuple[tuple[int, int], ...], budget: float) -> _Null:
+    """The null distribution of one tie pattern (each task's sorted doubled midranks, as bytes),
+    exact within `budget` operations; cached."""
+    return _Null([np.frombuffer(r, np.int64) for r in ranks], list(sizes), budget)
 
 
 class _Null:
     """The null distribution of S on one tie pattern: S = base + unit * L, L = sum_t stride_t j_t.
     exact: (L + 1,) probabilities over the lattice; else None (draw splits)."""
 
-    def __init__(self, ranks: list[np.ndarray], sizes: list[tuple[int, int]]):
+    def __init__(self, ranks: list[np.ndarray], sizes: list[tuple[int, int]], budget: float):
         self.ranks, self.sizes, self.T = ranks, sizes, len(sizes)
         self.strata = [_stratum(r.tobytes(), n) for r, (n, _) in zip(ranks, sizes)]
         # task t adds (offset_t + step_t j - n_t (n_t + 1)) / (2 n_t m_t T) to S
@@ -117,7 +118,7 @@ class _Null:
                         for (off, _, _), (n, m) in zip(self.strata, sizes))
         lengths = np.cumsum([k * (p.size - 1) for k, (_, _, p) in zip(self.stride, self.strata)]) + 1
         cost = sum(a * p.size for a, (_, _, p) in zip(lengths, self.strata))
-        self.exact = self._convolve() if cost <= EXACT_BUDGET else None
+        self.exact = self._convolve() if cost <= budget else None
 
     def _convolve(self) -> np.ndarray:
         out = np.ones(1)
@@ -179,7 +180,7 @@ def p_values(xs, ys, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
         _, first, which = np.unique(patterns, axis=0, return_index=True, return_inverse=True)
     p, how = np.empty(stat.shape), "exact"
     for g, row in enumerate(first):
-        null = _null(tuple(np.sort(r[row]).tobytes() for r in ranks), tuple(sizes))
+        null = _null(tuple(np.sort(r[row]).tobytes() for r in ranks), tuple(sizes), EXACT_BUDGET)
         mine = which.ravel() == g
         p[mine] = null.p_values(stat[mine], seed)
         how = how if null.exact is not None else f"monte carlo ({SPLITS} splits)"

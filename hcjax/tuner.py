@@ -54,6 +54,12 @@ def no_values(state: State) -> jax.Array:
                      "hcjax.make_tuner has one")
 
 
+def no_place(state: State, values: jax.Array) -> State:
+    """The `place` of a Tuner built without one: a ValueError when called."""
+    raise ValueError("this Tuner cannot be started from given values: it was built without a `place` function "
+                     "(Tuner(..., place=fn)); every registry tuner but `schedule` has one")
+
+
 class Tuner(NamedTuple):
     """A hyperparameter tuner: static `name` and `space`, three pure functions, and
     `memory_bytes`: the estimated peak memory of one agent (int bytes: the state, the
@@ -67,7 +73,10 @@ class Tuner(NamedTuple):
     the fields that index something (arms, contexts, slots); a bound is an int, or a
     tuple of ints, one per row of the field's first axis (per hyperparameter). What a
     restored state is checked against (`HostTuner.load_state_dict`), since a gather
-    would silently clamp an index. Tuples, so that a Tuner stays hashable."""
+    would silently clamp an index. Tuples, so that a Tuner stays hashable.
+    place(state, values (h,)) -> state with `values` in effect, as if its last `ask` had
+    returned them: the next `tell` is an observation of them (HyperController: of the arms
+    nearest them); what `make_tuner(..., start=...)` uses (`hcjax.tuners.start`)."""
 
     name: str
     space: Space
@@ -77,6 +86,7 @@ class Tuner(NamedTuple):
     memory_bytes: int
     values: Callable[[State], jax.Array] = no_values
     index_bounds: tuple[tuple[str, int | tuple[int, ...]], ...] = ()
+    place: Callable[[State, jax.Array], State] = no_place
 
     def step(self, state: State, key: jax.Array, objective, decide) -> tuple[State, jax.Array]:
         """Tell `objective`, then ask only if `decide`: one call per training iteration.

@@ -126,7 +126,8 @@ def test_the_reports_intervals_match_a_slow_bootstrap():
 @pytest.mark.parametrize("shift, verdict, words", [
     (10.0, "better", "tuned better than its control: P(tuned > control) = 1.00 (p < 0.001); mean"),
     (-10.0, "worse", "tuned worse than its control, and 10 of 10 tuned runs collapsed (agent 0: -11.27; agent 2: "
-                     "-10.7; agent 4: -9.053; 7 more): P(tuned > control) = 0.00 (p < 0.001); mean"),
+                     "-10.7; agent 4: -9.053; 7 more; 0.91 expected by chance): P(tuned > control) = 0.00 "
+                     "(p < 0.001); mean"),
     (0.0, "not separated", "tuned and its control not separated: P(tuned > control) = 0.50 [0.23, 0.77], p = 1.00;"),
 ])
 def test_report_sentence(shift, verdict, words):
@@ -158,10 +159,10 @@ def test_the_sentence_names_a_collapsed_run_with_its_seed_and_hyperparameters():
     text = str(r)
     assert r.verdict == "better" and len(r.collapsed) == 1 and r.collapsed[0]["seed"] == 106
     assert text.startswith("tuned better than its control, but 1 of 20 tuned runs collapsed (seed 106: 9.4, "
-                           f"learning_rate 0.01): P(tuned > control) = {r.p:.2f} [")
+                           f"learning_rate 0.01; 0.95 expected by chance): P(tuned > control) = {r.p:.2f} [")
     assert f"mean {scores[~controls].mean():.4g} ± " in text and f"{scores[controls].mean():.4g} ± " in text
     unnamed = str(C.report(scores, controls))  # no seeds given: agents by index
-    assert "(agent 6: 9.4)" in unnamed
+    assert "(agent 6: 9.4; 0.95 expected by chance)" in unnamed
 
 
 @pytest.mark.filterwarnings("ignore::hcjax.calls.FewSeedsWarning")  # controls(4) on purpose

@@ -14,17 +14,21 @@ the test seeds). A run's score is its final evaluation (`views.final_eval`).
 
 Every figure is computed twice: on the test seeds (the claims) and on the tuning seeds (beside
 them, optimistic: the sweep chose its incumbent on those seeds; there the incumbent's runs are
-the sweep's rows of its configuration, `protocol.incumbent`). Per environment and over all
+the sweep's rows of its configurations, one per draw: `chosen_configurations`). Per environment and over all
 environments, for every online method M, with D = the default, I = the sweep's incumbent, P =
-a poor default:
+a poor default, M:P = M started from P (`protocol.started_from`):
 
     P(M > D), P(M > I)   `stats.probability_of_improvement`: the Mann-Whitney P(x > y) + 0.5
                          P(x = y) over pairs of runs, averaged over environments
     share of the sweep's gain   (mean M - mean D) / (mean I - mean D): 1 = as good as the
                          incumbent, 0 = no better than the default; undefined when the
-                         incumbent does not beat the default
-    recovery from P      (mean M - mean P) / (mean D - mean P): the part of the gap from the poor
-                         default to the default that M closes; undefined when P is not worse
+                         incumbent does not beat the default (I: the incumbents of every draw of
+                         the sweep, their runs pooled)
+    recovery from P      (mean M:P - mean P) / (mean D - mean P): the part of the gap from the poor
+                         default to the default that M closes when it starts at P; undefined when
+                         P is not worse. A study without M:P units gets instead
+    level from P         (mean M - mean P) / (mean D - mean P): where M's own runs (which never
+                         started at P) land between P and the default: not a recovery
     cost                 frames (and seconds, meta['run_seconds'] = one run) of one run of M
                          over the whole sweep's (its N x k runs)
 
@@ -52,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.reporting import caveats, verdict_text
+from experiments.reporting import arlbench, caveats, headroom, verdict_text
 from experiments.reporting import stats as ST
 from experiments.reporting.tables import strict_json
 from experiments.reporting.verdict_text import (
@@ -60,6 +64,7 @@ from experiments.reporting.verdict_text import (
     BEATS_FRESH,
     BEATS_SWEEP,
     FRAMES,
+    LANDING,
     RECOVERY,
     SECONDS,
     SEEDS_ALONE,
@@ -68,7 +73,17 @@ from experiments.reporting.verdict_text import (
 from experiments.reporting.views import ALL, final_eval, measured_nothing
 from experiments.study.files import atomic_write_text, check_writable_dir
 from experiments.study.methods import ALL_METHODS
-from experiments.study.protocol import POOR, REPLAY, SWEEP, TEST, TEST_PHASE, TUNING_PHASE, incumbent, kind
+from experiments.study.protocol import (
+    POOR,
+    REPLAY,
+    SWEEP,
+    TEST,
+    TEST_PHASE,
+    TUNING_PHASE,
+    draw_incumbents,
+    kind,
+    started_from,
+)
 from experiments.study.store import UnitResult, load_units
 from hcjax import calls
 from hcjax.extras import require
@@ -99,14 +114,33 @@ Roles = dict  # role (a method without '@test'; 'sweep' = the incumbent's runs) 
 
 
 def is_online(role: str) -> bool:
-    """A tuned method (a tuner or a population method), not a reference or a replay."""
-    return role not in (DEFAULT, SWEEP) and not role.startswith((POOR, REPLAY))
+    """A tuned method (a tuner or a population method), not a reference, a replay or a run started
+    from a poor default (those measure the method's recovery)."""
+    return role not in (DEFAULT, SWEEP) and not role.startswith(REPLAY) and not started_from(role)
+
+
+def chosen_configurations(units: list[UnitResult]) -> dict[str, list[int]]:
+    """env -> the sweep's incumbents (configuration indices) that its test unit ran (`sweep@test`'s
+    meta), or, without one, each draw's best mean final evaluation (`protocol.draw_incumbents`)."""
+    out = {}
+    for u in units:
+        chosen = u.meta.get("incumbents") or ([u.meta["incumbent"]] if "incumbent" in u.meta else [])
+        if u.meta["method"] == SWEEP + TEST and chosen:
+            out[u.meta["env"]] = [int(c["configuration"]) for c in chosen]
+    for u in units:
+        if u.meta["method"] == SWEEP and u.meta["env"] not in out:
+            meta = u.meta["sweep"]
+            options = {"configurations": int(meta.get("per_draw", len(meta["configurations"]))),
+                       "seeds": int(meta["seeds"]), "repeats": int(meta.get("repeats", 1))}
+            out[u.meta["env"]] = draw_incumbents(final_eval(u), np.asarray(meta["configuration"]), options).tolist()
+    return out
 
 
 def roles(units: list[UnitResult], phase: str) -> Roles:
     """The strata of one phase by role: test units under their method without '@test'; on the
-    tuning seeds the role 'sweep' holds only the incumbent configuration's rows."""
+    tuning seeds the role 'sweep' holds only the rows of its incumbents (one per draw)."""
     out: dict[str, dict[str, Stratum]] = {}
+    chosen = chosen_configurations(units) if phase == TUNING_PHASE else {}
     for u in units:
         k = kind(u.meta["method"])
         if k.phase != phase:
@@ -114,7 +148,7 @@ def roles(units: list[UnitResult], phase: str) -> Roles:
         role, scores, keep = (REPLAY if k.replay else "") + k.base, final_eval(u), slice(None)
         if phase == TUNING_PHASE and role == SWEEP:
             rows = np.asarray(u.meta["sweep"]["configuration"])
-            keep = rows == incumbent(scores, rows)
+            keep = np.isin(rows, chosen[u.meta["env"]])
         hparams = {name: u.hparams[keep, -1, i] for i, name in enumerate(u.meta.get("hparam_names", []))
                    if u.hparams.ndim == 3 and u.hparams.shape[1]}
         out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores[keep], measured_nothing(u),
@@ -224,7 +258,7 @@ def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """(method, comparison, statistic ('probability' | 'share'), roles compared) of one phase, in
     the table's order."""
     out = []
-    poor = [p for p in r if p.startswith(POOR)]
+    poor = [p for p in r if p.startswith(POOR)]  # the poor defaults themselves
     for m in [m for m in r if is_online(m)]:
         if DEFAULT in r:
             out.append((m, BEATS_DEFAULT, "probability", (m, DEFAULT)))
@@ -232,8 +266,10 @@ def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
             out.append((m, BEATS_SWEEP, "probability", (m, SWEEP)))
         if DEFAULT in r and SWEEP in r:
             out.append((m, SHARE, "share", (m, DEFAULT, SWEEP)))
-        if DEFAULT in r:
-            out += [(m, RECOVERY + p.removeprefix(POOR), "share", (m, p, DEFAULT)) for p in poor]
+        if DEFAULT in r:  # from the runs started at P; without them, where the method's own runs land
+            out += [(m, RECOVERY + p.removeprefix(POOR), "share", (started, p, DEFAULT)) if started in r else
+                    (m, LANDING + p.removeprefix(POOR), "share", (m, p, DEFAULT))
+                    for p in poor for started in [m + ":" + p.removeprefix(POOR)]]
         if REPLAY + m in r:
             if DEFAULT in r:
                 out.append((REPLAY + m, BEATS_DEFAULT, "probability", (REPLAY + m, DEFAULT)))
@@ -327,14 +363,20 @@ class Verdict:
     (on P(> default) rows: how many of the method's runs collapsed); sentences: method -> one
     plain sentence (test seeds, all environments); flags: 'env / method' ->
     `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's size
-    ({'configurations': N, 'seeds': k}, {} without a sweep); collapsed: every run below the
-    worst run of the default and the poor defaults in its environment and phase
-    (`caveats.collapsed_runs`); warnings: lines to read the calls with (`caveats.disagreements`)."""
+    ({'configurations': N, 'seeds': k, 'repeats': R}, {} without a sweep); headroom: env ->
+    `headroom.Headroom` (from the tuning seeds: is there anything above the default to find?);
+    beside: env -> the rows of the table beside ARLBench's released runs (`arlbench.side_by_side`);
+    collapsed: every run below the worst run of the default and the poor defaults in its
+    environment and phase (`caveats.collapsed_runs`); warnings: lines to read the calls with
+    (`caveats.disagreements`)."""
 
     rows: list[dict]
     sentences: dict[str, str]
     flags: dict[str, str]
     sweep: dict
+    headroom: dict = dataclasses.field(default_factory=dict)
+    beside: dict = dataclasses.field(default_factory=dict)
+    budgets: dict = dataclasses.field(default_factory=dict)
     collapsed: list = dataclasses.field(default_factory=list)
     warnings: list = dataclasses.field(default_factory=list)
 
@@ -344,13 +386,19 @@ class Verdict:
         return self.text(level=3)
 
     def text(self, level: int = 3) -> str:
-        """The Markdown with its headings at `level` (3: ###)."""
-        return verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level, self.collapsed,
-                                     self.warnings)
+        """The Markdown with its headings at `level` (3: ###): the headroom first, then the verdict."""
+        rooms = headroom.markdown(self.headroom, f"{'#' * level} Headroom (tuning seeds, before any test seed)")
+        beside = arlbench.markdown(self.beside, f"{'#' * level} Beside ARLBench's released runs", self.budgets)
+        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level,
+                                             self.collapsed, self.warnings) + beside
 
     def json(self) -> str:
         """Everything as strict JSON (NaN and infinities as null)."""
         data = {"rows": self.rows, "sentences": self.sentences, "flags": self.flags, "sweep": self.sweep,
+                "headroom": {env: dict(dataclasses.asdict(r), share=r.share, ceiling=r.ceiling)
+                             for env, r in self.headroom.items()},
+                "beside_arlbench": {env: [dict(zip(arlbench.HEADER, row)) for row in rows]
+                                    for env, rows in self.beside.items()},
                 "collapsed": self.collapsed, "warnings": self.warnings}
         return json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n"
 
@@ -373,10 +421,13 @@ def has_test_seeds(units: list[UnitResult]) -> bool:
 
 
 def sweep_size(units: list[UnitResult]) -> dict:
-    """{'configurations': N, 'seeds': k} of the study's sweep (its tuning unit), {} without one."""
+    """{'configurations': N, 'seeds': k, 'repeats': R} of the study's sweep (its tuning unit; N per
+    draw), {} without one."""
     for u in units:
         if u.meta["method"] == SWEEP:
-            return {"configurations": len(u.meta["sweep"]["configurations"]), "seeds": int(u.meta["sweep"]["seeds"])}
+            meta = u.meta["sweep"]
+            return {"configurations": int(meta.get("per_draw", len(meta["configurations"]))),
+                    "seeds": int(meta["seeds"]), "repeats": int(meta.get("repeats", 1))}
     return {}
 
 
@@ -400,8 +451,9 @@ def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, s
     strata = {phase: roles(units, phase) for phase in PHASES}
     fell = [run for phase in PHASES for run in caveats.collapsed_runs(strata[phase], phase, DEFAULT)]
     caveats.count_collapses(rows, fell, BEATS_DEFAULT, strata, DEFAULT)
-    result = Verdict(rows, verdict_text.sentences(rows, sweep, fell), flags, sweep, fell,
-                     caveats.disagreements(rows, BEATS_DEFAULT, SEEDS_ALONE))
+    result = Verdict(rows, verdict_text.sentences(rows, sweep, fell), flags, sweep, headroom.headroom(units),
+                     collapsed=fell, warnings=caveats.disagreements(rows, BEATS_DEFAULT, SEEDS_ALONE))
+    result = dataclasses.replace(result, beside=arlbench.side_by_side(units, result), budgets=arlbench.budgets(units))
     if json_path is not None:
         atomic_write_text(json_path, result.json())
     return result

@@ -11,9 +11,11 @@ from experiments.study.methods import label
 from experiments.study.protocol import POOR, REPLAY, SWEEP
 from hcjax.calls import p_text, probability_number
 
-# The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name.
+# The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name (from the
+# method's runs started there), LANDING + its name where the study has no such runs.
 BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)", "P(> fresh runs)"
 SHARE, RECOVERY, FRAMES, SECONDS = "share of the sweep's gain", "recovery from ", "frames / sweep", "seconds / sweep"
+LANDING = "level from "
 SEEDS_ALONE = "seeds alone"  # the reference row's method: the default's test seeds against its tuning seeds
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
@@ -117,14 +119,20 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
     return f"recovers {share_text(row)} of {of}" + (f" at {cost}" if cost else "")
 
 
-def _recovery(row: dict, poor: str) -> str:
+def _recovery(row: dict, poor: str, started: bool = True) -> str:
+    """The recovery from poor default `poor` in words; started False: the method never started
+    there (LANDING), so its number says where its own runs land, not what it recovers."""
+    what = "recovery" if started else "level"
     if row["status"] == "undefined":
         return f"the poor default {poor} is not worse than the default (nothing to recover)"
     if row["status"] in ("not measured", "no shared environment"):
-        return f"its recovery from the poor default {poor} is {row['status']}"
+        return f"its {what} from the poor default {poor} is {row['status']}"
     if row["status"] == "unbounded":
-        return f"the gap from the poor default {poor} to the default is within the noise (no recovery to measure)"
-    return f"recovers {share_text(row)} of the gap from the poor default {poor} to the default"
+        return f"the gap from the poor default {poor} to the default is within the noise (no {what} to measure)"
+    if not started:
+        return (f"its own runs land {share_text(row)} of the way from the poor default {poor} to the default (not a "
+                f"recovery: it never started at {poor})")
+    return f"started at the poor default {poor}, recovers {share_text(row)} of the gap from it to the default"
 
 
 def _cost(rows: dict, whose: str = "its") -> str:
@@ -165,6 +173,8 @@ def sentences(rows: list[dict], sweep: dict, collapsed=()) -> dict[str, str]:
         if SHARE in mine:
             parts.append(_gain(mine[SHARE], sweep, mine))
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
+        parts += [_recovery(r, c.removeprefix(LANDING), started=False) for c, r in mine.items()
+                  if c.startswith(LANDING)]
         seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
             else method_label(method)
@@ -184,8 +194,9 @@ def _seeds_alone(row: dict) -> str:
 
 def column(comparison: str) -> int:
     """A comparison's place among the table's columns."""
-    order = (BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH, SHARE, RECOVERY, FRAMES, SECONDS)
-    return order.index(RECOVERY if comparison.startswith(RECOVERY) else comparison)
+    order = (BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH, SHARE, RECOVERY, LANDING, FRAMES, SECONDS)
+    prefix = next((p for p in (RECOVERY, LANDING) if comparison.startswith(p)), comparison)
+    return order.index(prefix)
 
 
 def phase_tables(rows: list[dict], phase: str) -> str:
@@ -212,7 +223,8 @@ def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str]
     """The verdict page: the sentences, the warnings, the test-seed tables, the tuning-seed
     tables, the collapsed runs, the flags, under headings of `level` (3: ###)."""
     hashes = "#" * level
-    n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds" if sweep else "no sweep"
+    draws = f" in each of {sweep['repeats']} draws" if sweep.get("repeats", 1) > 1 else ""
+    n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds{draws}" if sweep else "no sweep"
     text = "".join(f"- {s}\n" for s in sentences_.values()) + "\n"
     text += "".join(f"- **Warning**: {w}.\n" for w in warnings) + ("\n" if warnings else "")
     text += (f"Cells: P(> X), the probability that a run of the method ends above a run of X (ties count 1/2), "
@@ -221,8 +233,10 @@ def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str]
              f"seeds to tell' where no outcome could reach 0.05, and the runs that collapsed (below every run of the "
              f"default and the poor defaults; named below the tables); share of the sweep's gain "
              f"({n}): (method - default) / (incumbent - default) of mean final evaluations, 100% = as good as "
-             f"the sweep's incumbent; recovery from a poor default: (method - poor) / (default - poor); cost: "
-             f"one run over the whole sweep. Stratified bootstrap over seeds. How to read it: {DOCS}.\n\n")
+             f"the sweep's incumbent; recovery from a poor default: (method started at poor - poor) / (default - "
+             f"poor); level from a poor default (a study whose methods never started there): (method - poor) / "
+             f"(default - poor), where its own runs land; cost: one run over the whole sweep. Stratified bootstrap "
+             f"over seeds. How to read it: {DOCS}.\n\n")
     for phase in ("test", "tuning"):
         text += f"{hashes} {HEADINGS[phase]}\n\n" + phase_tables(rows, phase)
     if collapsed:

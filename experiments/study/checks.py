@@ -47,9 +47,10 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
                          f"methods: {', '.join(ALL_METHODS)}")
-    tuners = {m: make_method(plan, m, memory_limit_gib)
-              for m in dict.fromkeys(list(plan.methods) + list(plan.preset.tuner))
-              if not (reads_results(m) or protocol.kind(m).base == protocol.SWEEP)}
+    made = [m for m in dict.fromkeys(list(plan.methods) + list(plan.preset.tuner))
+            if not (reads_results(m) or protocol.kind(m).base == protocol.SWEEP)]
+    # per environment: a method's options follow its schedule (HyperBand's budget: its decisions)
+    tuners = {(env.label, m): make_method(plan, m, memory_limit_gib, env) for env in plan.envs for m in made}
     populations = [m for m in plan.preset.methods if is_population(m)]
     if populations:
         host = [e.label for e in plan.envs if e.path == "gymnasium"]
@@ -64,18 +65,20 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
         config = configs[env.label]
         base, evaluation = agent_bytes(config, env, space), evaluation_bytes(config, env)
         agents = sum(len(unit_seeds(plan, m)) for m in methods)
+        iterations = plan.timing(env).iterations
         if is_population(methods[0]):
-            tuner_bytes = tuners[methods[0]].memory_bytes(agents) / agents
-        elif methods[0] in tuners:  # a fused agent holds every method's state (a method's test units: the same)
-            tuner_bytes = sum(tuners[m].memory_bytes for m in {protocol.kind(m).base: m for m in methods}.values())
+            tuner_bytes = tuners[(env.label, methods[0])].memory_bytes(agents) / agents
+        elif (env.label, methods[0]) in tuners:  # a fused agent holds every method's state (its test units: the same)
+            tuner_bytes = sum(tuners[(env.label, m)].memory_bytes
+                              for m in {protocol.kind(m).base: m for m in methods}.values())
         else:  # a schedule: its table is shared by the agents, each holds two counters
-            tuner_bytes = 4 * plan.preset.iterations * space.h * len(methods) * plan.preset.seeds / agents
+            tuner_bytes = 4 * iterations * space.h * len(methods) * plan.preset.seeds / agents
         total = agents * (base + tuner_bytes + evaluation)
         if total > memory_limit_gib * 2**30:
             raise ValueError(
                 f"unit {env.label} / {'+'.join(methods)}: estimated {total / 2**30:.3g} GiB ({agents} "
                 f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
-                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner; "
+                f"trajectory of the largest batch, {iterations} iterations of metrics, the tuner; "
                 f"and x {evaluation / 2**20:.3g} MiB: the evaluation, eval_episodes = {config.eval_episodes} "
                 f"episodes at once) exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, "
                 f"iterations, num_envs, the batch size, hidden_sizes, eval_episodes or the tuner's options, or "

@@ -45,7 +45,7 @@ from experiments.study import build, own_envs
 from experiments.study.devices import check_seed_ids, padded_count
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
-from experiments.study.plan import make_hyperparameter
+from experiments.study.plan import make_hyperparameter, unit_timing
 from experiments.study.store import StudyDir, UnitResult, load_unit
 from hcjax.space import Space
 from hcjax.tuners.schedule import schedule
@@ -149,7 +149,7 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     n = padded_count(S, len(jax.devices()))
     agent_ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - S)])
     t0 = time.perf_counter()
-    run = run_jax_unit(learner, agent_ids, T, config["eval_every"], on_segment,
+    run = run_jax_unit(learner, agent_ids, T, unit_timing(config).eval_every, on_segment,
                        fast_compile=bool(src.meta.get("fast_compile", False)),
                        which=(np.arange(n) % n_src).astype(np.int32))
     meta = dict(env=src.meta["env"], method=method, make=src.meta.get("make"), path=src.meta.get("path"),
