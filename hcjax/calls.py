@@ -21,7 +21,7 @@ The interval printed beside the call is the stratified bootstrap's (rliable's pe
 interval; the caller computes it), shown only where it can be trusted and agrees with the
 call: every task has at least MIN_INTERVAL runs in each group (below that the percentile
 bootstrap excluded 1/2 for up to 31% of one-distribution pairs; from 8 runs on it stayed
-within 0.065 in the benchmark), it is not a single point (runs entirely apart resample to
+within 0.07 in the benchmark), it is not a single point (runs entirely apart resample to
 [1, 1] whatever the truth), and it excludes 1/2 exactly when the call is "better" or
 "worse". Otherwise the p-value stands in its place and `Call.no_interval` says why.
 
