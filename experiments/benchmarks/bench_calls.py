@@ -11,8 +11,9 @@ trials. The bootstrap: per trial, `reps` resamples of each group's runs on each 
 draw counts, the same distribution as hcjax.stats' resampling), the mean over tasks of P(X > Y) +
 0.5 P(X = Y) of each, its 2.5th-97.5th percentile interval (NumPy's linear interpolation), called
 where it excludes 1/2. Prints a table per rule (rows: T, columns: n) and writes JSON (default
-bench_out/calls.json) atomically. The bootstrap costs about 11 CPU minutes at the defaults; the
-call about 1 CPU second.
+bench_out/calls.json) atomically. The bootstrap costs about 97 CPU s for --sizes 2 3 4 6 8 10 20
+(docs/studies.md#how-many-seeds quotes that run) and several minutes for every size; the call
+about 1 CPU second.
 """
 from __future__ import annotations
 
