@@ -101,7 +101,8 @@ class ControlReport(NamedTuple):
     n_dropped: those without; verdict: 'better', 'worse', 'not separated', 'too few seeds to
     tell' or 'not testable' (a group without a finite score); collapsed: the tuned runs below
     the worst control ({'seed', 'score', 'floor', 'hyperparameters'}, `hcjax.calls.collapsed`);
-    call: the hcjax.calls.Call (None when not testable); str() is one plain sentence."""
+    call: the hcjax.calls.Call (None when not testable); seed_word: how a run is named ('seed'
+    with the given seed ids, 'agent' with indices); str() is one plain sentence."""
 
     p: float
     p_ci: tuple[float, float]
