@@ -341,7 +341,7 @@ def aa_strata(rng, envs: int, n: int):
     return side("hypercontroller@test"), side("fixed@test")
 
 
-@pytest.mark.slow  # 30000 rows of the verdict, one at a time: about 12 CPU s
+@pytest.mark.slow  # 30000 rows of the verdict, one at a time: about 18 CPU s in all
 @pytest.mark.parametrize("envs", [1, 2, 4])
 def test_the_verdict_calls_one_distribution_better_or_worse_at_most_about_5_percent(envs):
     """P(> default) rows of the verdict on A/A strata, 2000 trials at group sizes from 2 to 20."""
