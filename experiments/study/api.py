@@ -297,13 +297,17 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s)" if p.poor_defaults else "",
+        started = f" ({len(p.start_from_poor)} method(s) also started from each)" if p.start_from_poor else ""
+        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s){started}" if p.poor_defaults else "",
                             f", every one again on {len(plan.test_ids)} test seed(s)" if plan.test_ids else ""])
         self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s){protocol} x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
-            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+            own = plan.timing(e)
+            schedule = f"; its own schedule: {own.iterations} iterations, a decision every {own.tune_every}, an " \
+                f"evaluation every {own.eval_every}" if e.schedule else ""
+            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})") + schedule)
         finished = self.finished or set()
         done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
         guess = estimate.estimate(plan, finished=finished, done=done)
