@@ -110,6 +110,7 @@ class Tuner(NamedTuple):
         vmap turns the cond into a select that computes every ask at every iteration.
         """
         check_decide(self.name, decide)
+        check_state(self, state)
         key = check_step_inputs(self, key, state, objective)  # under vmap: a key or state every agent shares
         state = self.tell(state, objective)
         ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
@@ -135,6 +136,25 @@ def check_decide(name: str, decide) -> None:
     if dtype is None or dtype != np.bool_ or tuple(shape) != ():
         raise ValueError(f"{name}.step: decide must be a Python bool or a bool scalar array (e.g. "
                          f"`update_i % 4 == 0`), got {decide!r}")
+
+
+@functools.cache
+def state_structure(init: Callable[[jax.Array], State]):
+    """The pytree structure of `init(key)`'s state (traced with jax.eval_shape: nothing computed)."""
+    return jax.tree_util.tree_structure(jax.eval_shape(init, jax.ShapeDtypeStruct((2,), jnp.uint32)))
+
+
+def check_state(tuner: Tuner, state) -> None:
+    """TypeError naming the `state` argument of `tuner.step` when it is not a state of this
+    tuner (its pytree structure is not `init`'s): e.g. the key and the state given swapped."""
+    expected, got = state_structure(tuner.init), jax.tree_util.tree_structure(state)
+    if got != expected:
+        leaves = jax.tree_util.tree_leaves(state)
+        what = f"an array of shape {tuple(np.shape(leaves[0]))}" if got.num_leaves == 1 and got.num_nodes == 1 \
+            else f"a pytree of {got.num_leaves} leaves"
+        raise TypeError(f"{tuner.name}.step(state, key, objective, decide): state must be this tuner's state "
+                        f"({tuner.name}.init(key)'s, {expected.num_leaves} arrays), got {what}"
+                        + (": were the state and the key swapped?" if got.num_leaves == 1 else ""))
 
 
 # Under jax.vmap, a value that does not depend on the vmapped arguments stays unbatched: one

@@ -45,7 +45,9 @@ is not positive have no share: if they are more than the interval's tail (2.5%) 
 is unbounded (the gain it is a share of is within the noise), else the interval is over the
 others. A stratum of one run cannot vary: such comparisons are 'not testable'. A unit whose
 evaluations all scored the same number (`views.measured_nothing`) measured nothing: its
-comparisons say 'not measured', and it is left out of the all-environment figures.
+comparisons say 'not measured', and it is left out of the all-environment figures. A unit whose
+final evaluations are all NaN (or infinite) is a failed measurement too: its comparisons say
+'evaluations all NaN', naming it (the default's, say), not 'no shared environment'.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ from experiments.reporting import arlbench, caveats, headroom, verdict_text
 from experiments.reporting import stats as ST
 from experiments.reporting.tables import strict_json
 from experiments.reporting.verdict_text import (
+    ALL_NAN,
     BEATS_DEFAULT,
     BEATS_FRESH,
     BEATS_SWEEP,
@@ -71,6 +74,7 @@ from experiments.reporting.verdict_text import (
     SHARE,
 )
 from experiments.reporting.views import ALL, final_eval, measured_nothing
+from experiments.study import unfinished
 from experiments.study.files import atomic_write_text, check_writable_dir
 from experiments.study.methods import ALL_METHODS
 from experiments.study.protocol import (
@@ -84,7 +88,7 @@ from experiments.study.protocol import (
     kind,
     started_from,
 )
-from experiments.study.store import UnitResult, load_units
+from experiments.study.store import StudyDir, UnitResult, load_units
 from hcjax import calls
 from hcjax.extras import require
 
@@ -186,22 +190,42 @@ def _seeds(side: dict, envs: list[str]) -> int:
     return min((ST.finite(side[e].scores).size for e in envs), default=0)
 
 
-def _not_measured(kind: str, side: dict, unmeasured: list[str], flags: list[str]) -> dict:
+def _not_measured(kind: str, sides: list[dict], envs: list[str], unmeasured: list[str], flags: list[str]) -> dict:
+    """The row of a comparison without a usable environment: 'not measured', ALL_NAN (a side's
+    evaluations hold no finite number, named in the note) or 'no shared environment'."""
+    empty = [] if unmeasured else _all_nan(sides, envs)
+    if empty:
+        return _row(kind, status=ALL_NAN, note="; ".join(empty))
     return _row(kind, status="not measured" if unmeasured else "no shared environment", envs=unmeasured,
-                seeds=_seeds(side, unmeasured), note="; ".join(flags))
+                seeds=_seeds(sides[0], unmeasured), note="; ".join(flags))
+
+
+def _all_nan(sides: list[dict], envs: list[str]) -> list[str]:
+    """'the default's evaluations are all NaN (fixed@test on A, B)' for each side whose runs have
+    no finite final evaluation in the environments of `envs` where it ran."""
+    out = []
+    for side in sides:
+        empty = [env for env in envs if env in side and not ST.finite(side[env].scores).size]
+        if empty:
+            name = side[empty[0]].name
+            role = (REPLAY if kind(name).replay else "") + kind(name).base
+            whose = "the default" if role == DEFAULT else verdict_text.method_label(role)
+            out.append(f"{whose}'s evaluations are all NaN ({name} on {', '.join(empty)})")
+    return out
 
 
 def probability(a: dict, b: dict, envs: list[str], reps: int, seed: int, confidence: float,
                 normalised: dict | None = None) -> dict:
     """P(A > B) over `envs` (env -> Stratum each) and its call (`hcjax.calls.call`: the exact
     stratified permutation test; status 'better', 'worse', 'not separated', 'too few seeds to
-    tell', or 'not measured': no environment where both measured something), with the bootstrap
-    interval where `calls.call` shows one (else NaNs, and the note says why), the p-value and
-    each side's mean ('means': raw in one environment; over several, of the scores in
-    `normalised`, role name -> env -> (n,), as `share`)."""
+    tell', 'not measured': no environment where both measured something, or 'evaluations all
+    NaN': a side's final evaluations hold no finite number, the note names it), with the
+    bootstrap interval where `calls.call` shows one (else NaNs, and the note says why), the
+    p-value and each side's mean ('means': raw in one environment; over several, of the scores
+    in `normalised`, role name -> env -> (n,), as `share`)."""
     used, unmeasured, flags = _scope([a, b], envs)
     if not used:
-        return _not_measured("probability", a, unmeasured, flags)
+        return _not_measured("probability", [a, b], envs, unmeasured, flags)
     names = (a[used[0]].name, b[used[0]].name)
     xs, ys = [ST.finite(a[e].scores) for e in used], [ST.finite(b[e].scores) for e in used]
     r = ST.probability_of_improvement(dict(zip(used, xs)), dict(zip(used, ys)), names, reps, seed, confidence)
@@ -238,7 +262,7 @@ def share(m: dict, low: dict, high: dict, normalised: dict, envs: list[str], rep
     (a stratum of one run) or 'not measured'."""
     used, unmeasured, flags = _scope([m, low, high], envs)
     if not used:
-        return _not_measured("share", m, unmeasured, flags)
+        return _not_measured("share", [m, low, high], envs, unmeasured, flags)
     (pm, bm), (pl, bl), (ph, bh) = (_means(s, normalised[s[used[0]].name], used, reps, seed) for s in (m, low, high))
     note = _left_out(unmeasured, flags)
     if not ph > pl:
@@ -434,13 +458,16 @@ def sweep_size(units: list[UnitResult]) -> dict:
 def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, seed: int = 0,
             confidence: float = ST.CONFIDENCE, json_path: str | os.PathLike | None = None) -> Verdict:
     """The verdict of a study directory (or of its units); json_path: also write `Verdict.json()`
-    there (atomically). ValueError before any work when the study has no test-phase units
+    there (atomically). ValueError before any work when the study directory lacks units its
+    manifest names (`experiments.study.unfinished.Unfinished`), the study has no test-phase units
     (NoTestSeeds) or json_path cannot be written."""
     if json_path is not None:
         if Path(json_path).is_dir():
             raise ValueError(f"the JSON file {json_path} is a folder; give the name of a file")
         check_writable_dir(Path(json_path).resolve().parent, "the JSON file's folder")
     units = load_units(source) if isinstance(source, (str, os.PathLike)) else list(source)
+    if isinstance(source, (str, os.PathLike)):
+        unfinished.check(StudyDir(source), units)  # units missing: say which, not a verdict without them
     if not has_test_seeds(units):
         raise NoTestSeeds("this study has no test seeds: run it with test_seeds (a count or a list of seed ids, "
                           "disjoint from the tuning seeds) to get a verdict on seeds the tuning never saw")

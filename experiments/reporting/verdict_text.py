@@ -20,6 +20,8 @@ SEEDS_ALONE = "seeds alone"  # the reference row's method: the default's test se
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
             "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
+ALL_NAN = "evaluations all NaN"  # a side's evaluations: none finite where it was compared
+NO_NUMBER = ("not measured", "no shared environment", ALL_NAN)  # statuses of rows without a number
 WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from"}
 
 
@@ -53,7 +55,7 @@ def fraction(x: float) -> str:
 def share_text(row: dict) -> str:
     """'48% [30%, 65%]', 'within the noise' (unbounded: its denominator, the gain or the gap, is
     within the noise), or the reason there is no number."""
-    if row["status"] in ("not measured", "no shared environment", "undefined"):
+    if row["status"] in NO_NUMBER + ("undefined",):
         return row["status"]
     if row["status"] == "unbounded":  # its denominator is within the noise: a point estimate would mean nothing
         return "within the noise"
@@ -69,7 +71,7 @@ def cell(row: dict | None) -> str:
         return fraction(row["estimate"])
     if row["kind"] == "share":
         return share_text(row)
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return row["status"]
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row.get("call", row["status"]))
     fell = f", {row['collapsed']} collapsed" if row.get("collapsed") else ""
@@ -93,7 +95,7 @@ def _against(row: dict, what: str, collapsed=()) -> str:
     """'better than the default, but 1 of 20 runs collapsed (seed 7: 9.4, learning_rate 0.01),
     0.62 [0.55, 0.70], p = 0.003, means 444.4 and 442.5', 'too few seeds to tell (n = 2+2)
     against the default, 0.75 (p = 0.33), ...' or 'not measured against the default (...)'."""
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"{row['status']} against {what}" + (f" ({row['note']})" if row["note"] else "")
     head = f"{WORDS[row['status']]} {what}" if row["status"] in WORDS else f"{row['call']} against {what}"
     fell = caveats.collapse_clause(row, list(collapsed))
@@ -111,7 +113,7 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
     if row["status"] == "undefined":
         return "the sweep's incumbent does not beat the default, so there is no gain to recover" + (
             f" (one run costs {of_sweep})" if cost else "")
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"its share of the sweep's gain is {row['status']}"
     if row["status"] == "unbounded":
         return "the sweep's gain over the default is within the noise, so there is no share of it to recover" + (
@@ -125,7 +127,7 @@ def _recovery(row: dict, poor: str, started: bool = True) -> str:
     what = "recovery" if started else "level"
     if row["status"] == "undefined":
         return f"the poor default {poor} is not worse than the default (nothing to recover)"
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"its {what} from the poor default {poor} is {row['status']}"
     if row["status"] == "unbounded":
         return f"the gap from the poor default {poor} to the default is within the noise (no {what} to measure)"
@@ -144,8 +146,13 @@ def _cost(rows: dict, whose: str = "its") -> str:
     return " and ".join(parts)
 
 
-def _seeds(seeds: int, envs: int) -> str:
-    return f"on {seeds} test seeds" + (f" in each of {envs} environments" if envs > 1 else "")
+def _seeds(seeds: int, envs: int, draws: int = 1) -> str:
+    """'on 20 test seeds in each of 3 environments'; draws > 1: the sweep's incumbents, one per draw,
+    each on the test seeds (its `seeds` runs are draws x the test seeds)."""
+    where = f" in each of {envs} environments" if envs > 1 else ""
+    if draws > 1:
+        return f"on {seeds // draws} test seeds{where} (the incumbents of its {draws} draws)"
+    return f"on {seeds} test seeds{where}"
 
 
 def sentences(rows: list[dict], sweep: dict, collapsed=()) -> dict[str, str]:
@@ -175,7 +182,8 @@ def sentences(rows: list[dict], sweep: dict, collapsed=()) -> dict[str, str]:
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
         parts += [_recovery(r, c.removeprefix(LANDING), started=False) for c, r in mine.items()
                   if c.startswith(LANDING)]
-        seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
+        draws = sweep.get("repeats", 1) if method == SWEEP else 1
+        seeds = _seeds(first["seeds"], len(first["envs"]), draws) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
             else method_label(method)
         out[method] = f"{name[0].upper()}{name[1:]} {seeds}: {'; '.join(parts)}."
@@ -184,7 +192,7 @@ def sentences(rows: list[dict], sweep: dict, collapsed=()) -> dict[str, str]:
 
 def _seeds_alone(row: dict) -> str:
     """The reference row's sentence."""
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"The default against itself on the other seed set (what the seeds alone can do): {row['status']}."
     envs = f" in each of {len(row['envs'])} environments" if len(row["envs"]) > 1 else ""
     p = "" if not np.isfinite(row["low"]) else f", {p_text(row['p_value'], row['test'])}"

@@ -85,6 +85,15 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
                 f"raise --memory-limit-gib")
 
 
+def study_warnings(plan: Plan) -> list[str]:
+    """What a study may run but cannot conclude (said before the work, `StudyRun.execute`): one
+    test seed makes every comparison on the test seeds 'not testable' (a stratum of one run)."""
+    if len(plan.test_ids) == 1:
+        return ["test_seeds gives one test seed: every comparison of the verdict on the test seeds will be 'not "
+                "testable' (one run cannot vary); give at least 2 (a count, or a list of seed ids)"]
+    return []
+
+
 def agent_bytes(config, env: EnvChoice, space) -> int:
     """Estimated bytes of one agent, tuner excluded: its learner state (shapes traced with
     jax.eval_shape, nothing allocated), the trajectory of the largest batch, both times
@@ -98,7 +107,9 @@ def evaluation_bytes(config, env: EnvChoice) -> int:
     """Estimated bytes of one agent's evaluation: its config.eval_episodes episodes run at once
     (vmapped), each holding its environment state and observation (shapes from jax.eval_shape
     of the reset), the policy's activations and the carried scalars, times WORKSPACE_FACTOR.
-    Nothing scales with eval_steps (each step's keys are drawn inside the scan). A host
+    Nothing scales with eval_steps (the step counter is carried by the scan and each step's keys
+    drawn from it: XLA's memory analysis of the compiled evaluation is the same at eval_steps
+    10**3 and 10**6, tests/test_reliability_round5_leftovers.py). A host
     environment's episodes run one after another on the host: its observation only."""
     episode = _episode_bytes(env.make, tuple(config.hidden_sizes))
     return WORKSPACE_FACTOR * config.eval_episodes * episode

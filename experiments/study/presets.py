@@ -44,7 +44,7 @@ from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study import own_envs, protocol
-from experiments.study.devices import check_seed_count
+from experiments.study.devices import check_run_count, check_seed_count
 from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS, POPULATION_METHODS
 from experiments.study.plan import (
     SCHEDULE_FIELDS,
@@ -472,10 +472,11 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if p.envs:
         _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
-    check_seed_count("seeds", _positive("seeds", p.seeds))
+    check_run_count("seeds", check_seed_count("seeds", _positive("seeds", p.seeds)))
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
+    check_tables("tuner", p.tuner)
     p = dataclasses.replace(p, space=check_space(p.space), env_schedule=check_env_schedule(p.env_schedule),
                             start_from_poor=_method_list("start_from_poor", p.start_from_poor))
     mine = list(own) + [own_envs.from_factory(ref) for ref in p.env_factories]
@@ -484,17 +485,28 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
                   schedule=dict(p.env_schedule.get(o.label, {})))
         for o in mine)
     labels = [c.label for c in choices]
+    dropped = set(preset.envs) - set(labels)  # the preset's own environments that envs= left out
     for field in ("env_ppo", "env_schedule"):
+        p = dataclasses.replace(p, **{field: {k: v for k, v in getattr(p, field).items() if k not in dropped}})
         unknown = sorted(set(getattr(p, field)) - set(labels))
-        if unknown and (envs is not None or env_factories is not None):  # the preset's other environments
-            p = dataclasses.replace(p, **{field: {k: v for k, v in getattr(p, field).items() if k in labels}})
-        elif unknown:
+        if unknown:
             raise ValueError(f"{field} names environment(s) {unknown} that the study does not run; "
                              f"envs: {', '.join(labels)}")
     check_unit_names(labels)
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
     return check_protocol(Plan(preset=p, envs=choices))
+
+
+def check_tables(field: str, value) -> None:
+    """ValueError naming `field`.<name> unless `value` is a table of tables (a study's `tuner`:
+    method -> its options): a string given for one would be read as its characters."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} must be a table of name = {{option = value}}, got {value!r}")
+    for name, options in value.items():
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{field}.{name} must be a table of options ({field}={{{name!r}: {{...}}}}, or "
+                             f"[{field}.{name}] in a study file), got {options!r}")
 
 
 def check_protocol(plan: Plan) -> Plan:

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from experiments.study.devices import check_seed_ids
+from experiments.study.devices import check_run_count, check_seed_ids
 from hcjax.space import option_key
 
 SWEEP = "sweep"
@@ -48,7 +48,6 @@ TUNING_PHASE, TEST_PHASE = "tuning", "test"
 # (draws, the r-th from seed + r: the incumbent's spread over draws), default (the study's default
 # configuration is the first of every draw, so that the sweep can find nothing better than it).
 SWEEP_OPTIONS = {"configurations": 32, "seeds": 3, "seed": 0, "repeats": 1, "default": False}
-MAX_SWEEP_RUNS = 1_000_000  # R x N x k: refused above (one program holds every run)
 POOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 POOR_NAME_RULE = "1-40 letters, digits, '_', '.' or '-', starting with a letter or digit"
 
@@ -134,10 +133,12 @@ def test_seed_ids(test_seeds, seeds: int) -> tuple[int, ...]:
         n = int(test_seeds)
         if n < 0:
             raise ValueError(f"test_seeds must be a count >= 0 or a list of seed ids, got {test_seeds!r}")
+        check_run_count("test_seeds", n)  # before any id is made
         start = 100 * max(1, math.ceil(seeds / 100))
         return tuple(int(v) for v in check_seed_ids("test_seeds", list(range(start, start + n)))) if n else ()
     if not isinstance(test_seeds, (list, tuple)):
         raise ValueError(f"test_seeds must be a count >= 0 or a list of seed ids, got {test_seeds!r}")
+    check_run_count("test_seeds", len(test_seeds), " (a list of seed ids)")
     ids = tuple(int(v) for v in check_seed_ids("test_seeds", list(test_seeds)))
     overlap = sorted(set(ids) & set(range(seeds)))
     if overlap:
@@ -163,11 +164,9 @@ def sweep_options(options: Mapping, seeds: int) -> dict:
     if out["seeds"] > seeds:
         raise ValueError(f"tuner.sweep.seeds ({out['seeds']}) must be at most the study's seeds ({seeds}): each "
                          f"configuration runs on tuning seeds 0..k-1")
-    runs = int(out["repeats"]) * int(out["configurations"]) * int(out["seeds"])
-    if runs > MAX_SWEEP_RUNS:
-        raise ValueError(f"tuner.sweep: repeats x configurations x seeds = {runs} runs, above the limit of "
-                         f"{MAX_SWEEP_RUNS} (one program holds them all); lower tuner.sweep.configurations, "
-                         f"repeats or seeds")
+    R, N, k = int(out["repeats"]), int(out["configurations"]), int(out["seeds"])
+    check_run_count("tuner.sweep.repeats x configurations x seeds", R * N * k,
+                    f" ({R} x {N} x {k}: the sweep's runs, one program)")
     filled = {k: int(v) for k, v in out.items() if k != "default"}
     filled["default"] = bool(out["default"])
     return {k: v for k, v in filled.items() if k not in ("repeats", "default") or v != SWEEP_OPTIONS[k]}
@@ -227,10 +226,14 @@ def poor_default_values(space, name: str, values: Mapping) -> np.ndarray:
 def check(study_methods: Sequence[str], poor_defaults: Mapping, test_ids: Sequence[int],
           paths: Mapping[str, str]) -> None:
     """The protocol's own checks of a study (ValueError): a poor default needs `fixed` beside it
-    (the verdict's good default), and the sweep and the replays run on JAX environments only
+    (the verdict's good default), so does a sweep with test seeds (its incumbent is judged
+    against the default), and the sweep and the replays run on JAX environments only
     (`paths`: env label -> its backend path)."""
     if poor_defaults and "fixed" not in study_methods:
         raise ValueError("poor_defaults are compared with the study's default: add 'fixed' to methods")
+    if test_ids and SWEEP in study_methods and "fixed" not in study_methods:
+        raise ValueError("methods: the sweep's incumbent is compared with the study's default on the test seeds, "
+                         "and the verdict has none without 'fixed': add 'fixed' to methods")
     host = sorted(label for label, path in paths.items() if path == "gymnasium")
     if host and SWEEP in study_methods:
         raise ValueError(f"method 'sweep' runs its configurations as one JAX program; gymnasium environments {host} "
