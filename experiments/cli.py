@@ -18,12 +18,13 @@ from pathlib import Path
 
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots, verdict
+from experiments.reporting import export, plots, tables, verdict
 from experiments.study import api, interrupts, presets, processes, schedules, studyfile
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.spacetext import parse_hyperparameter
 from experiments.study.store import StudyBusy, StudyDir
+from hcjax.extras import PROVIDED_BY, install_hint
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
 that is a file, unwritable, in use by another run, or holding another study, a link or a
@@ -174,6 +175,7 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("--env-factory", metavar="MODULE:FUNCTION",
                        help="for a unit of your own environment: the factory that makes it (imported and CALLED); "
                             "default the factory the unit recorded")
+    again.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
@@ -182,17 +184,28 @@ def parser() -> argparse.ArgumentParser:
 
 
 def describe_presets() -> str:
+    """Every preset, its environments (those of a library not installed named with the extra
+    that brings it), methods, sizes, space and reductions from the paper."""
     lines = []
     for p in presets.PRESETS.values():
-        plan = presets.resolve(p.name)
+        chosen = [presets.choose_env(name, p, installed=False) for name in p.envs]
         lines.append(f"{p.name}: {p.description}")
-        lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({e.path})' for e in plan.envs)}")
+        lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({_library(e.path)})' for e in chosen)}")
         lines.append(f"  methods: {', '.join(p.methods)}; seeds {p.seeds}; iterations {p.iterations}; "
                      f"PPO {dict(p.ppo)}")
         lines.append(f"  space: {', '.join(_describe_hyperparameter(h) for h in p.space)}")
         for r in p.reductions:
             lines.append(f"  - {r}")
     return "\n".join(lines)
+
+
+def _library(backend: str) -> str:
+    """The backend's name, and the extra to install when it is not installed."""
+    from agents.envs import backend as agent_backend  # here: a core install's message names the studies extra
+    from agents.envs import table as agent_table
+
+    missing = agent_backend.problem(agent_table.BY_NAME[backend])
+    return backend if missing is None else f"{backend}, not installed: {install_hint(PROVIDED_BY[backend])}"
 
 
 def _describe_hyperparameter(h: dict) -> str:
@@ -212,6 +225,11 @@ def cmd_presets(args) -> int:
         raise UsageError(f"unknown preset {args.toml!r}; allowed: {', '.join(presets.PRESETS)}")
     print(studyfile.dumps(presets.PRESETS[args.toml]), end="")
     return 0
+
+
+def _say(msg: str) -> None:
+    """A line of `hcjax run`'s progress before its study directory is open (stderr)."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 def _in_config(args, error: ValueError) -> str:
@@ -269,7 +287,7 @@ def run_study(args) -> int:
     try:
         study = study_of(args)
         with _without_known_prints():  # resolving names imports the registries
-            study.check(args.memory_limit_gib)
+            study.check(args.memory_limit_gib, log=_say)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
     with contextlib.ExitStack() as stack:
@@ -395,11 +413,14 @@ def cmd_replay(args) -> int:
     factories_from_here()
     try:
         check_writable_dir(args.out, "--out")
-        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory)
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory,
+                                  progress=not args.no_progress)
     except (ValueError, StudyBusy) as e:
         raise UsageError(e) from None
     path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])
     print(f"replayed {args.unit} on seeds {list(args.seeds)}: {path}")
+    print("The source unit (its own seeds) and the replay (the new seeds):\n")
+    print(tables.summary([schedules.source_unit(args.dir, args.unit), result]), flush=True)
     return 0
 
 

@@ -191,6 +191,17 @@ def test_environments_by_name_object_and_factory_resolve_without_compiling():
         experiments.Study(envs=[Walk(), make_walk], methods=["fixed"], seeds=1, iterations=1).plan()
 
 
+def test_factories_without_envs_replace_the_presets_environments_and_with_envs_join_them():
+    """`--env-factory` alone with a preset runs the factory's environment only (the preset's
+    tasks and their env_ppo entries dropped, and the run's header says so); with `--envs`, both."""
+    alone = experiments.Study("verdict", env_factories=["w=tests.test_study_api:make_walk"])
+    assert [e.label for e in alone.plan().envs] == ["w"] and alone.plan().preset.env_ppo == {}
+    assert alone._dropped == ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0")
+    both = experiments.Study("smoke", envs=["CartPole-v1"], env_factories=["w=tests.test_study_api:make_walk"])
+    assert [e.label for e in both.plan().envs] == ["CartPole-v1", "w"] and both._dropped == ()
+    assert presets.resolve("smoke", env_factories=["w=tests.test_study_api:make_walk"]).preset.envs == ()
+
+
 def test_an_unknown_field_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match=r"Study: unknown field\(s\) \['learning_rate'\]; allowed: name, envs"):
         experiments.Study(envs=["CartPole-v1"], methods=["fixed"], learning_rate=1e-3)
@@ -219,7 +230,8 @@ def test_mistakes_raise_the_clis_value_errors_before_any_work(kwargs, words, tmp
 @pytest.mark.parametrize("args, words", [
     (["--env-factory", "tests.test_study_api:nowhere"], ["cannot be imported", "tests.test_study_api:nowhere"]),
     (["--env-factory", "tests.test_study_api:not_an_env"], ["not_an_env", "the factory returned int"]),
-    (["--envs", "tests.test_study_api:make_walk"], ["unknown environment 'tests.test_study_api:make_walk'"]),
+    (["--envs", "tests.test_study_api:make_walk"], ["unknown environment 'tests.test_study_api:make_walk'",
+                                                    "looks like a factory", "--env-factory"]),
 ])
 def test_the_cli_refuses_a_bad_factory_and_never_imports_from_envs(args, words, tmp_path, capsys):
     code = cli.main(["run", "--preset", "smoke", "--methods", "fixed", "--out", str(tmp_path / "o"), *args])

@@ -107,6 +107,7 @@ class Study:
         self._planned_from: tuple | None = None  # `_inputs()` when _plan was made
         self._builds: dict = {}  # own environments' builds when _plan was made (`own_envs.builds`)
         self._checked: float | None = None
+        self._dropped: tuple[str, ...] = ()
 
     def __setattr__(self, name: str, value) -> None:
         """The study's own attributes as they are; another Preset field (eval_every, ppo, name,
@@ -161,6 +162,8 @@ class Study:
                                      iterations=self.iterations, space=self.space,
                                      env_factories=self.env_factories, own=own)
         self._planned_from, self._builds = inputs, own_envs.builds(e.make for e in self._plan.envs)
+        replaced = names is None and self.env_factories is not None and isinstance(base, Preset)
+        self._dropped = tuple(base.envs) if replaced else ()  # the preset's, replaced by the factories
         return self._plan
 
     def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:
@@ -181,20 +184,26 @@ class Study:
                 own.append(own_envs.from_object(env, label))
         return names, own
 
-    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Plan:
+    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+              log: Callable[[str], None] | None = None) -> Plan:
         """Everything checked before any work (ValueError): the plan, every environment
         built (a missing optional dependency named; a traced reset and step with PPO's action
         form), PPO settings, tuners, memory, and every environment the estimate does not know
-        run for a few steps (`probe_environments`: its cost, and whether it resets after done)."""
+        run for a few steps (`probe_environments`: its cost, and whether it resets after done).
+        log: receives a line as each step starts (None: silent)."""
+        say = log or (lambda msg: None)
+        if self._plan is None or self._checked != memory_limit_gib:
+            say("checking the study: its environments, methods and space")
         plan = self.plan()
         if self._checked == memory_limit_gib:
             return plan
         if not (isinstance(memory_limit_gib, (int, float)) and memory_limit_gib > 0
                 and math.isfinite(memory_limit_gib)):
             raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {memory_limit_gib}")
-        check_environments(plan)
+        check_environments(plan, say)
+        say(f"checking the PPO settings, tuners and memory of {len(plan.units)} unit(s)")
         check(plan, memory_limit_gib)
-        probe_environments(plan)
+        probe_environments(plan, say)
         self._checked = memory_limit_gib
         return plan
 
@@ -220,14 +229,14 @@ class Study:
     def _take(self, stack: contextlib.ExitStack, out, resume: bool, progress: bool, tensorboard: bool,
               memory_limit_gib: float, log, writer: bool) -> StudyRun:
         """`open`'s checks and the directory taken (its lock entered on `stack`) -> the StudyRun."""
-        plan = self.check(memory_limit_gib)
+        plan = self.check(memory_limit_gib, log or _to_stderr)
         if tensorboard and not live_scalars.available():
             raise ValueError('--tensorboard needs tensorboardX, which is not installed: '
                              'pip install "hcjax[tensorboard]"')
         store = StudyDir(out if out is not None else Path("runs") / plan.preset.name)
         if writer:
             stack.enter_context(store.lock())  # checks first that the directory can be written
-        run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log)
+        run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log, dropped=self._dropped)
         if writer and not resume and (store.read_manifest() is not None or store.units()):
             raise ValueError(f"{store.path} already holds a study; resume=True continues it, or choose "
                              f"another directory")
@@ -279,6 +288,7 @@ class StudyRun:
     tensorboard: bool
     memory_limit_gib: float
     sink: Callable[[str], None] | None = None
+    dropped: tuple[str, ...] = ()  # the preset's environments that env_factories replaced
     keys: dict = dataclasses.field(default_factory=dict)
     finished: set | None = None
 
@@ -304,6 +314,9 @@ class StudyRun:
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
             self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+        if self.dropped:
+            self.log(f"  not run: the preset's {', '.join(self.dropped)} (env_factories / --env-factory without envs / "
+                     f"--envs replace the preset's environments; name them in envs to run both)")
         finished = self.finished or set()
         done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
         guess = estimate.estimate(plan, finished=finished, done=done)
@@ -347,20 +360,30 @@ class StudyRun:
         return result
 
 
-def probe_environments(plan: Plan) -> None:
+def _to_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def probe_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:
     """Run every environment of the plan that `build.measured` names for a few steps
     (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
-    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix)."""
+    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix); `log` says each one."""
     for env in plan.envs:
         if build.measured(env):
-            agent_envs.check_auto_reset(build.probe(plan, env))
+            log(f"  probing {env.label}: compiling its step for {build.probe_batch(plan, env)} copies and running it")
+            found = build.probe(plan, env)
+            log(f"  probed {env.label}: compiled in {found.compile_seconds:.1f} s, "
+                f"{found.step_seconds * 1e3:.2g} ms a step of {found.batch} copies")
+            agent_envs.check_auto_reset(found)
 
 
-def check_environments(plan: Plan) -> None:
+def check_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:
     """Build every environment of the plan (cached for the run): one whose optional
     dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
-    backend's package missing or too old) is the user's to install: ValueError naming it."""
+    backend's package missing or too old) is the user's to install: ValueError naming it.
+    `log` says each one as it is built."""
     for env in plan.envs:
+        log(f"  building {env.label} ({env.path})")
         try:
             build.environment(env.make)
         except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:

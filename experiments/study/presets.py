@@ -50,9 +50,16 @@ NAME_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or d
 PAPER_ENVS = ("HalfCheetah-v4", "BipedalWalker-v3", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4")
 
 
-def _backend_of(make: str) -> str:
-    """The library behind an environment name (ValueError with suggestions if unknown)."""
-    return agent_envs.resolve(make).backend
+def _backend_of(make: str, installed: bool = True) -> str:
+    """The library behind an environment name (ValueError with suggestions if unknown; with
+    installed=False, also that of a library not installed)."""
+    try:
+        return agent_envs.resolve(make, installed).backend
+    except ValueError as e:
+        if own_envs.REFERENCE.fullmatch(make):  # module:function
+            raise ValueError(f"{e}. {make!r} looks like a factory: your own environments go in env_factories "
+                             f"(hcjax run --env-factory {make}), never in envs") from None
+        raise
 
 
 # Per preset, the path of each paper environment and why. Speeds are the anchor figures
@@ -306,18 +313,19 @@ def _positive(field: str, value) -> int:
     return value
 
 
-def choose_env(name: str, preset: Preset) -> EnvChoice:
+def choose_env(name: str, preset: Preset, installed: bool = True) -> EnvChoice:
     """The EnvChoice of a study environment name under `preset`: the preset's `paths`
     first, then any name `agents.envs.resolve` knows (ValueError with the closest names);
-    with the preset's `env_ppo` overrides for it."""
+    with the preset's `env_ppo` overrides for it. installed=False: an environment of a library
+    not installed is chosen too (to describe a preset, not to run it)."""
     ppo = dict(preset.env_ppo.get(name, {}))
     if name in preset.paths:
         make, why = preset.paths[name]
-        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, ppo=ppo)
+        return EnvChoice(label=name, make=make, path=_backend_of(make, installed), why=why, ppo=ppo)
     if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
                          why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", ppo=ppo)
-    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
+    return EnvChoice(label=name, make=name, path=_backend_of(name, installed), why="given directly", ppo=ppo)
 
 
 def check_space(entries) -> tuple[dict, ...]:
@@ -343,6 +351,7 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     """Validate a preset (a name or a Preset, e.g. from a study file) and its overrides;
     ValueError naming the field and the allowed values on any bad input. Compiles
     nothing. The preset's env_factories are imported and called (your code runs);
+    `env_factories` given without `envs` replaces the preset's environments (with `envs`: both);
     `own`: environments given as objects (`own_envs.from_object`), run after the others."""
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -355,6 +364,9 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
         changes["envs"] = _names("env", envs) if envs else ()
     if env_factories is not None:
         changes["env_factories"] = tuple(env_factories)
+        if envs is None:  # the factories replace the preset's environments (and their env_ppo entries)
+            changes["envs"] = ()
+            changes["env_ppo"] = {k: v for k, v in preset.env_ppo.items() if k not in preset.envs}
     if methods is not None:
         changes["methods"] = _names("method", methods, ALL_METHODS)
     if seeds is not None:
