@@ -25,7 +25,7 @@ from experiments.study import build, estimate
 from experiments.study.store import StudyDir
 from tests import tiny_env
 from tests.cli_runs import tiny_study
-from tests.test_readme import JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
+from tests.test_readme import JUMANJI_BY_NAME, LEVERS_ADAPTER, OWN_OBJECTS, XLAND_RULESET, run_block
 
 TINY_PPO = dict(num_envs=2, hidden_sizes=[8], update_epochs=1, num_minibatches=2, batch_size=8, eval_steps=8)
 SPACE = [dict(name="learning_rate", low=1e-4, high=1e-2, scale="log")]
@@ -82,6 +82,30 @@ def test_a_tiny_study_of_each_library_by_name(name, tmp_path):
         result, lines = tiny([name], tmp_path / "study")
     check_ran(result, name, lib)
     assert lines is None or any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
+
+
+@pytest.mark.slow
+def test_each_librarys_own_object_is_taken_as_it_is():
+    """docs/environment-libraries.md's objects of jumanji, NAVIX, XLand-MiniGrid and Pgx, as
+    written: each made and traced in one study's plan, its backend named by its library."""
+    for lib in ("jumanji", "navix", "xminigrid", "pgx"):
+        library(lib)
+    plan = run_block(OWN_OBJECTS)["plan"]
+    assert [(e.label, e.path) for e in plan.envs] == [("snake", "jumanji"), ("empty", "navix"),
+                                                      ("minigrid", "xminigrid"), ("2048", "pgx")]
+
+
+@pytest.mark.slow
+def test_an_xland_task_takes_a_ruleset_and_is_refused_without_one():
+    library("xminigrid")
+    namespace = run_block(XLAND_RULESET)
+    with_ruleset = envs.make(namespace["make_hold_ball"]())
+    assert with_ruleset.obs_size == namespace["env"].obs_size and with_ruleset.backend == "xminigrid"
+    for made in (lambda: envs.make("xminigrid/XLand-MiniGrid-R1-9x9"),
+                 lambda: experiments.Study(envs=["xminigrid/XLand-MiniGrid-R1-9x9"], methods=["fixed"], seeds=1,
+                                           iterations=1).check()):
+        with pytest.raises(ValueError, match=r"needs a ruleset.*Give ruleset="):
+            made()
 
 
 class Imitation:

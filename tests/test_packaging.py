@@ -64,6 +64,11 @@ def test_import_hcjax_imports_no_optional_package():
     assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr)
 
 
+def test_the_install_page_lists_every_extra():
+    listed = re.findall(r"^\| `([a-z]+)` \|", (ROOT / "docs" / "install.md").read_text(), flags=re.MULTILINE)
+    assert sorted(listed) == sorted(PYPROJECT["optional-dependencies"])
+
+
 def test_base_dependencies_are_jax_and_numpy():
     assert {requirement_name(r) for r in PYPROJECT["dependencies"]} == {"jax", "jaxlib", "numpy"}
 
