@@ -12,10 +12,13 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
 
+from agents.envs import backend as agent_backend
+from agents.envs import table as agent_table
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots, tables, verdict
@@ -201,9 +204,6 @@ def describe_presets() -> str:
 
 def _library(backend: str) -> str:
     """The backend's name, and the extra to install when it is not installed."""
-    from agents.envs import backend as agent_backend  # here: a core install's message names the studies extra
-    from agents.envs import table as agent_table
-
     missing = agent_backend.problem(agent_table.BY_NAME[backend])
     return backend if missing is None else f"{backend}, not installed: {install_hint(PROVIDED_BY[backend])}"
 
@@ -297,6 +297,7 @@ def run_study(args) -> int:
                                                  memory_limit_gib=args.memory_limit_gib))
         except (StudyBusy, ValueError) as e:
             raise UsageError(e) from None
+        run.started = args.started  # the estimate counts the whole command
         return _run_locked(args, run)
 
 
@@ -442,13 +443,16 @@ COMMANDS = {"run": cmd_run, "plot": cmd_plot, "verdict": cmd_verdict, "export": 
             "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, started: float | None = None) -> int:
+    """The command; started: time.monotonic() when the process began (`hcjax run`'s estimate
+    counts the seconds since; default now)."""
     # gymnasium.logger (imported with experiments.study.api's gymnasium.error) put its own
     # DeprecationWarning filter first on import: these go before it
     for category, message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()
     args = ap.parse_args(argv)  # bad arguments: argparse exits with status 2
+    args.started = time.monotonic() if started is None else started
     previous = {}  # the handlers before, put back on return: a caller's process (a test's) keeps its own
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):

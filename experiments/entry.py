@@ -9,7 +9,11 @@ command's own (`hcjax presets --toml NAME > study.toml`)."""
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
+import time
+
+STARTED = time.monotonic()  # about when the process began: `hcjax run`'s estimate counts the seconds since
 
 # The commands of experiments.cli (its COMMANDS; tests/test_study_cli.py checks they agree):
 # those that print the first line here. `hcjax`, `hcjax --help` and a misspelt command are
@@ -26,38 +30,37 @@ def first_line(argv: list[str]) -> str | None:
 
 @functools.cache
 def _cli():
-    """(experiments.cli, None), or (None, the missing package) in a core install; imported
+    """(experiments.cli, None), or (None, the missing package) in a core install: imported on
+    first use, after the first line (importlib, as `experiments` loads its public names), and
     once (a second import after a failed one would fail elsewhere, half of it imported)."""
-    from hcjax.extras import missing_extra
-
+    extras = importlib.import_module("hcjax.extras")  # hcjax imports jax
     try:
-        from experiments import cli
+        return importlib.import_module("experiments.cli"), None
     except ImportError as err:
-        if missing_extra(err, "the hcjax command") is None:  # a broken install or our bug: not a missing extra
+        if extras.missing_extra(err, "the hcjax command") is None:  # a broken install or our bug: not a missing extra
             raise
         return None, err.name.split(".")[0]
-    return cli, None
 
 
 def core_main(argv: list[str], missing: str) -> int:
     """`hcjax` without the studies extra: `info` prints the versions, the devices and the
     missing extras (exit 0); anything else names the extra to install (exit 2)."""
-    from experiments import deps
-    from hcjax.extras import install_hint
-
     if argv == ["info"]:
-        return deps.info()
-    print(f"hcjax: the command needs the 'studies' extra ({missing} is not installed): {install_hint('studies')}; "
+        return importlib.import_module("experiments.deps").info()
+    hint = importlib.import_module("hcjax.extras").install_hint("studies")
+    print(f"hcjax: the command needs the 'studies' extra ({missing} is not installed): {hint}; "
           "without it only `hcjax info` runs", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command of `argv` (None: this process's arguments, and it began at STARTED)."""
+    started = STARTED if argv is None else time.monotonic()
     argv = sys.argv[1:] if argv is None else list(argv)
     line = first_line(argv)
     if line is not None:
         print(line, file=sys.stderr, flush=True)
     cli, missing = _cli()
     if cli is not None:
-        return cli.main(argv)
+        return cli.main(argv, started=started)
     return core_main(argv, missing)

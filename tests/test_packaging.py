@@ -138,7 +138,7 @@ def test_core_install_runs_the_command_info_only():
     assert "info status 0" in out and f"hcjax        {hcjax.__version__}" in out
     assert 'extra agents missing flax, optax, chex, gymnax: pip install "hcjax[agents]"' in out
     assert "run status 2" in out
-    assert "hcjax: the command needs the 'studies' extra (gymnasium is not installed): " \
+    assert "hcjax: the command needs the 'studies' extra (flax is not installed): " \
            'pip install "hcjax[studies]"; without it only `hcjax info` runs' in result.stderr
     assert 'agents: the agents package (PPO) needs the \'agents\' extra (flax is not installed): ' \
            'pip install "hcjax[agents]"' in out

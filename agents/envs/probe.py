@@ -33,7 +33,8 @@ class Probe:
     and `steps` steps of the batch); step_seconds: one step of the batch, compiled (the
     second run's mean); episodes: episodes that ended; stuck: copies that said `done` at
     every step after an episode of at least two steps ended; resumed: copies that said
-    not-done after a `done` (a reset happened)."""
+    not-done after a `done` (a reset happened); compile_cpu_seconds, step_cpu_seconds: the
+    same in this process's CPU time (what another process's load does not change)."""
 
     name: str
     batch: int
@@ -43,6 +44,8 @@ class Probe:
     episodes: int
     stuck: int
     resumed: int
+    compile_cpu_seconds: float = float("nan")
+    step_cpu_seconds: float = float("nan")
 
 
 def _random_action(env: JaxEnv, key, state):
@@ -78,13 +81,13 @@ def probe(env: JaxEnv, batch: int = 8, steps: int = 128, seed: int = 0) -> Probe
 
     run = jax.jit(jax.vmap(one))
     keys = jax.random.split(jax.random.PRNGKey(seed), batch)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     compiled = run.lower(keys).compile()
-    compile_seconds = time.perf_counter() - t0
+    compile_seconds, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
     jax.block_until_ready(compiled(keys))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     done = np.asarray(jax.block_until_ready(compiled(keys)))  # (batch, steps)
-    step_seconds = (time.perf_counter() - t0) / steps
+    step_seconds, step_cpu = (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
     stuck = resumed = 0
     for row in done:
         ends = np.flatnonzero(row)
@@ -94,7 +97,8 @@ def probe(env: JaxEnv, batch: int = 8, steps: int = 128, seed: int = 0) -> Probe
         resumed += bool(np.any(~row[first:]))
         stuck += first >= 1 and steps - first >= 3 and bool(np.all(row[first:]))
     return Probe(name=env.name, batch=int(batch), steps=int(steps), compile_seconds=compile_seconds,
-                 step_seconds=step_seconds, episodes=int(done.sum()), stuck=int(stuck), resumed=int(resumed))
+                 step_seconds=step_seconds, episodes=int(done.sum()), stuck=int(stuck), resumed=int(resumed),
+                 compile_cpu_seconds=compile_cpu, step_cpu_seconds=step_cpu)
 
 
 def check_auto_reset(found: Probe) -> None:

@@ -25,16 +25,20 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agents.envs import JaxEnv
+from experiments.study import estimate, presets, studyfile
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = {"craftax": "craftax/Craftax-Classic-Symbolic-v1", "jumanji": "jumanji/Snake-v1",
@@ -108,11 +112,17 @@ def thermostat() -> JaxEnv:
                   max_episode_steps=50)
 
 
+def learn_unit_file() -> str:
+    """A cpu_learn unit as a study file: CartPole-v1, `fixed`, 20 seeds x 100 iterations of 1024
+    frames, 2x64 networks (its time is the training's, not the compilation's)."""
+    p = presets.PRESETS["cpu_learn"]
+    return studyfile.dumps(dataclasses.replace(p, name="learn_unit", envs=("CartPole-v1",), methods=("fixed",),
+                                               env_ppo={"CartPole-v1": p.env_ppo["CartPole-v1"]}))
+
+
 def verdict_one_env() -> str:
     """The verdict preset as a study file reduced to CartPole-v1 and 20 iterations (its fused
     programs, its sweep and its replays, each compiled as in the whole study)."""
-    from experiments.study import presets, studyfile
-
     p = presets.PRESETS["verdict"]
     return studyfile.dumps(dataclasses.replace(p, name="verdict_1env", envs=("CartPole-v1",), iterations=20,
                                                env_ppo={"CartPole-v1": p.env_ppo["CartPole-v1"]}))
@@ -128,6 +138,8 @@ def studies(tmp: Path, quick: bool) -> dict[str, list[str]]:
     if not quick:
         (tmp / "verdict_1env.toml").write_text(verdict_one_env())
         chosen["verdict_1env"] = ["--config", str(tmp / "verdict_1env.toml")]
+        (tmp / "learn_unit.toml").write_text(learn_unit_file())
+        chosen["learn_unit"] = ["--config", str(tmp / "learn_unit.toml")]
         for lib, name in LIBRARIES.items():
             if importlib.util.find_spec(lib) is not None:
                 chosen[lib] = ["--config", str(tmp / "library.toml"), "--envs", name]
@@ -148,22 +160,50 @@ def announced_seconds(line: str) -> float | None:
     return None if rounded is None else float(rounded.group(1)) * {"s": 1, "min": 60, "h": 3600}[rounded.group(2)]
 
 
+class Contention:
+    """The machine's contention (`estimate.contention`) sampled every `every_s` seconds in a
+    thread while a command runs: the load the estimate could not see when it was made."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.samples, self.every_s, self.stop = [], every_s, threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        while not self.stop.wait(self.every_s):
+            self.samples.append(estimate.contention()[0])
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
 def run_command(args: list[str], out: Path) -> dict:
     """Run `hcjax run ARGS --out OUT` in a fresh process (progress as in a redirected log);
-    the wall time, the time of each line of its output, and the estimate line."""
+    the wall time and CPU time, the time of each line of its output, the estimate line, and
+    the contention sampled while it ran."""
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "experiments", "run", *args, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out.parent)
-    stamped = [(time.perf_counter() - t0, line.rstrip("\n")) for line in proc.stdout]
-    code = proc.wait()
+    with Contention() as during:
+        proc = subprocess.Popen([sys.executable, "-m", "experiments", "run", *args, "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out.parent)
+        stamped = [(time.perf_counter() - t0, line.rstrip("\n")) for line in proc.stdout]
+        code = proc.wait()
     seconds = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
     if code != 0:
         raise RuntimeError(f"hcjax run {' '.join(args)} exited {code}: " + "\n".join(x for _, x in stamped[-30:]))
     times = [0.0] + [t for t, _ in stamped] + [seconds]
-    line = next((x for _, x in stamped if x.split("] ")[-1].startswith("estimate:")), "")
-    return dict(measured_seconds=seconds, first_line_seconds=stamped[0][0] if stamped else seconds,
+    said_at, line = next(((t, x) for t, x in stamped if x.startswith("estimate:")), (None, ""))
+    return dict(measured_seconds=seconds, cpu_seconds=round(cpu, 1), estimate_at=said_at,
+                contention_during=round(float(np.mean(during.samples)), 2) if during.samples else None,
+                first_line_seconds=stamped[0][0] if stamped else seconds,
                 longest_silence_seconds=max(b - a for a, b in zip(times, times[1:])),
                 line=line, announced_seconds=announced_seconds(line), output=[f"{t:7.1f} {x}" for t, x in stamped])
 
@@ -172,8 +212,6 @@ def committed_verdict() -> dict | None:
     """The committed verdict study: its estimate now (at the contention its run announced)
     against its run's wall time (run.log's first to last line: after the checks, before the
     figures)."""
-    from experiments.study import estimate, presets  # the study stack: imported only for this row
-
     log = ROOT / "results" / "verdict_study" / "run.log"
     if not log.is_file():
         return None
@@ -181,7 +219,8 @@ def committed_verdict() -> dict | None:
     stamp = lambda x: datetime.datetime.fromisoformat(x.split(" ", 1)[0])
     said = next(x for x in lines if " estimate:" in x)
     speed = float(re.search(r"contention x([\d.]+)", said).group(1))
-    guess = estimate.estimate(presets.resolve("verdict"), speed=speed)
+    # run.log spans the work after the checks, without the figures: the estimate of the same
+    guess = estimate.estimate(presets.resolve("verdict"), speed=speed, machine=1.0, spent=0.0, plot=False)
     measured = (stamp(lines[-1]) - stamp(lines[0])).total_seconds()
     return dict(study="verdict_committed", announced_then=announced_seconds(said), contention=speed,
                 announced_seconds=guess.seconds, measured_seconds=measured, line=guess.describe())

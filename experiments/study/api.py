@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import math
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -216,10 +217,11 @@ class Study:
         mistake, before any work; the StudyRun it yields does the work (`execute`). Under
         jax.distributed every process's checks end with `processes.agree`: a process that
         failed them, or one given another study, stops all of them (processes.Disagreement)."""
-        writer = jax.process_index() == 0
+        writer, started = jax.process_index() == 0, time.monotonic()
         with contextlib.ExitStack() as stack:
             try:
                 run = self._take(stack, out, resume, progress, tensorboard, memory_limit_gib, log, writer)
+                run.started = started
             except (ValueError, StudyBusy) as e:
                 processes.refuse(e)  # the other processes stop with this message
                 raise
@@ -289,6 +291,7 @@ class StudyRun:
     memory_limit_gib: float
     sink: Callable[[str], None] | None = None
     dropped: tuple[str, ...] = ()  # the preset's environments that env_factories replaced
+    started: float | None = None  # time.monotonic() when the command began (the estimate counts it)
     keys: dict = dataclasses.field(default_factory=dict)
     finished: set | None = None
 
@@ -319,7 +322,8 @@ class StudyRun:
                      f"--envs replace the preset's environments; name them in envs to run both)")
         finished = self.finished or set()
         done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
-        guess = estimate.estimate(plan, finished=finished, done=done)
+        began = self.started if self.started is not None else time.monotonic()
+        guess = estimate.estimate(plan, finished=finished, done=done, plot=plot, spent=time.monotonic() - began)
         if done:
             groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
             self.log(f"  resuming: {groups}")
