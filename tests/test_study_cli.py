@@ -468,9 +468,16 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path, cap
 def test_replay_of_a_factory_study_in_a_fresh_process(mini_study, tmp_path):
     """`hcjax replay` of a unit of your own environment in a new process, where nothing is
     built: it says it imports the factory the manifest recorded, calls it, and replaying the
-    unit on its own seed gives the same run."""
+    unit on its own seed gives the same run; it shows its progress as `hcjax run` does and ends
+    with the summary table of the source unit beside the replay."""
     out = finish(hcjax(["replay", mini_study, "--unit", "walk__fixed", "--seeds", "0", "--out", tmp_path / "again"]))
     assert "importing and calling its factory tests.tiny_env:make_walk" in out
+    said = ["hcjax replay: loading jax", "hcjax replay: walk__fixed's 1 schedule(s) of 2 iterations on 1 new seed(s)",
+            "replay walk__fixed: 0/2 it", "compiling the training segment", "replay walk__fixed: 2/2 it",
+            "replayed walk__fixed on seeds [0]", "The source unit (its own seeds) and the replay (the new seeds)",
+            "| walk (your own, factory tests.tiny_env:make_walk) |"]
+    at = [out.find(w) for w in said]
+    assert -1 not in at and at == sorted(at), out  # progress as `hcjax run` shows it, then the summary table
     source = R.load_unit(R.StudyDir(mini_study).unit_path("walk", "fixed"))
     replayed = R.load_unit(R.StudyDir(tmp_path / "again").unit_path("walk", "replay_fixed"))
     np.testing.assert_allclose(replayed.eval_reward, source.eval_reward, rtol=1e-5)  # its own seed: the same run
