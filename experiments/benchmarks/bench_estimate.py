@@ -26,6 +26,7 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -192,8 +193,13 @@ def run_command(args: list[str], out: Path) -> dict:
     with Contention() as during:
         proc = subprocess.Popen([sys.executable, "-m", "experiments", "run", *args, "--out", str(out)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out.parent)
-        stamped = [(time.perf_counter() - t0, line.rstrip("\n")) for line in proc.stdout]
-        code = proc.wait()
+        try:
+            stamped = [(time.perf_counter() - t0, line.rstrip("\n")) for line in proc.stdout]
+            code = proc.wait()
+        finally:  # stopped (Ctrl-C, SIGTERM) or failed: the command does not outlive the benchmark
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     seconds = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
@@ -232,6 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="smoke and own only")
     ap.add_argument("--only", nargs="+", help="only these rows (names as in the table)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # run the finally blocks
     rows = []
     with tempfile.TemporaryDirectory(prefix="hcjax-estimate-") as tmp:
         tmp = Path(tmp)
