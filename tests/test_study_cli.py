@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from experiments import cli, deps
-from experiments.study import engine, interrupts, programs
+from experiments.study import engine, interrupts, programs, progress
 from experiments.study import store as R
 from experiments.study.progress import Progress
 from tests.cli_runs import ROOT, WALK, finish, hcjax, python, tiny_study, wait_for_checkpoint, wait_for_file
@@ -334,6 +334,14 @@ def test_progress_repeats_a_phase_while_nothing_advances():
     lines = stream.getvalue().splitlines()
     assert lines[0] == "walk/fixed: 0/4 it (0 s) compiling the training segment"
     assert sum("compiling" in line for line in lines) >= 2 and lines[-1].startswith("walk/fixed: 4/4 it")
+    ticks = []
+    with progress.ticking(ticks.append, "  probing walk: compiling its step", every_s=0.05):
+        deadline = time.monotonic() + 30
+        while not ticks and time.monotonic() < deadline:
+            time.sleep(0.05)
+    count = len(ticks)
+    time.sleep(0.2)
+    assert count >= 1 and len(ticks) == count and ticks[0].startswith("  probing walk: compiling its step (")
     said, kept = [], {}
 
     def keep(name, build):

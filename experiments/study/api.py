@@ -38,6 +38,7 @@ from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check
 from experiments.study.plan import Plan, Preset, unit_keys
+from experiments.study.progress import ticking
 from experiments.study.store import StudyBusy, StudyDir
 
 PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
@@ -375,7 +376,8 @@ def probe_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None
     for env in plan.envs:
         if build.measured(env):
             log(f"  probing {env.label}: compiling its step for {build.probe_batch(plan, env)} copies and running it")
-            found = build.probe(plan, env)
+            with ticking(log, f"  probing {env.label}: compiling its step"):
+                found = build.probe(plan, env)
             log(f"  probed {env.label}: compiled in {found.compile_seconds:.1f} s, "
                 f"{found.step_seconds * 1e3:.2g} ms a step of {found.batch} copies")
             agent_envs.check_auto_reset(found)
@@ -389,7 +391,8 @@ def check_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None
     for env in plan.envs:
         log(f"  building {env.label} ({env.path})")
         try:
-            build.environment(env.make)
+            with ticking(log, f"  building {env.label}"):
+                build.environment(env.make)
         except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
             backend = BACKENDS.get(env.path)
             missing = backend_problem(backend) if backend is not None else None

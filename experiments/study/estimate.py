@@ -66,7 +66,7 @@ TUNERS = {"static": (0.0, 0.2, 0.0, 0.0), "schedule": (0.05, 0.0, 0.0, 0.0), "si
           "hypercontroller": (0.3, 1.5, 1e-4, 1e-4), "gp": (0.55, 6.0, 0.013, 0.014),
           "population": (0.3, 3.0, 1e-3, 1e-3)}
 TIMING_CALL = 3e-3  # the timing replay's host calls, per iteration and unit
-ENV_COMPILE = 4.0  # a probed environment's compilation, per the probe's: in the initial state, evaluation, segment
+ENV_COMPILE = 2.5  # a probed environment's compilation, per the probe's: in the initial state, evaluation, segment
 ENV_CPU = {"gymnax": 0.3e-6, "custom": 0.3e-6, "brax": 8e-6, "gymnasium": 400e-6}  # per frame and agent (host: serial)
 MULTIPLY_ADD = 4.75e-11  # per multiply-add of the networks, forward or backward
 STEP = 1e-4  # per sequential step of the rollout (any number of agents)

@@ -9,13 +9,15 @@ Work that does not advance the count for a while (a compilation, a probe) is sai
 `phase(text)`: on a terminal the bar shows it and its clock keeps running (redrawn every
 second); in a log it is a line at once. Either way a line (or a redraw) comes at least every
 `every_s` seconds while the Progress is open, from a background thread (a heartbeat): no
-silent minutes while XLA compiles.
+silent minutes while XLA compiles. `ticking(log, text)` does the same for work without a count.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 TERMINAL_REDRAW_S = 1.0  # how often a bar's clock is redrawn while nothing advances
@@ -111,3 +113,23 @@ def _is_terminal(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+@contextlib.contextmanager
+def ticking(log: Callable[[str], None], text: str, every_s: float = 30.0) -> Iterator[None]:
+    """Work that says nothing for a while (building an environment, its probe's compilation):
+    `log(text (N s))` every `every_s` seconds until the block ends, from a background thread."""
+    stop, start = threading.Event(), time.monotonic()
+
+    def tick():
+        while not stop.wait(every_s):
+            log(f"{text} ({time.monotonic() - start:.0f} s)")
+
+    beat = threading.Thread(target=tick, name=f"ticking {text}", daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join()
+
