@@ -310,7 +310,7 @@ def test_ppo_refuses_string_options_and_trains_with_the_option_value():
     with pytest.raises(ValueError, match="learning_rate is categorical: its options must be numbers"):
         ppo.check_space(hcjax.Space([H.choice("learning_rate", ["slow", "fast"])]))
     with pytest.raises(ValueError, match="clip_eps is categorical: its options"):
-        ppo.check_space(hcjax.Space([H.choice("clip_eps", [0.0, 0.2])]))
+        ppo.check_space(hcjax.Space([H.choice("clip_eps", [-0.1, 0.2])]))
     space = hcjax.Space([H.choice("learning_rate", [1e-4, 2.5e-3], default=2.5e-3),
                          H.choice("batch_size", [16, 32])])
     config = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(8,), num_iterations=2,

@@ -52,18 +52,25 @@ def test_a_budget_in_frames_sets_the_iterations_at_the_largest_batch():
 # ---- loss vs a slow NumPy reference ----------------------------------------------------
 
 
-def numpy_loss(mean, log_std, value, batch, mask, clip_eps, vf_coef, ent_coef):
-    """Per-sample Python loops; Gaussian policy."""
+def numpy_loss(mean, log_std, value, batch, mask, clip_eps, vf_coef, ent_coef, vf_clip_eps=None, normalize=True):
+    """Per-sample Python loops; Gaussian policy. vf_clip_eps: None, or ARLBench's clipped value
+    loss around batch["value"]; normalize: standardise the valid advantages (else raw)."""
     idx = [i for i in range(len(mask)) if mask[i]]
     adv = np.array([batch["adv"][i] for i in idx], np.float64)
-    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    if normalize:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     pg, vl, ent = [], [], []
     for j, i in enumerate(idx):
         a, mu, ls = batch["action"][i].astype(np.float64), mean[i].astype(np.float64), log_std.astype(np.float64)
         logp = np.sum(-0.5 * ((a - mu) / np.exp(ls)) ** 2 - ls - 0.5 * np.log(2 * np.pi))
         ratio = np.exp(logp - batch["logp"][i])
         pg.append(-min(ratio * adv[j], np.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv[j]))
-        vl.append(0.5 * (value[i] - batch["target"][i]) ** 2)
+        err = (value[i] - batch["target"][i]) ** 2
+        if vf_clip_eps is not None:
+            old = float(batch["value"][i])
+            clipped = old + min(max(float(value[i]) - old, -vf_clip_eps), vf_clip_eps)
+            err = max(err, (clipped - batch["target"][i]) ** 2)
+        vl.append(0.5 * err)
         ent.append(np.sum(ls + 0.5 * (1 + np.log(2 * np.pi))))
     return np.mean(pg) + vf_coef * np.mean(vl) - ent_coef * np.mean(ent)
 
@@ -105,6 +112,43 @@ def test_loss_matches_numpy_reference():
     np_batch = {k: np.asarray(v) for k, v in batch.items()}
     ref = numpy_loss(np.asarray(mean), np.asarray(log_std), np.asarray(value), np_batch, mask, 0.2, 0.5, 0.01)
     np.testing.assert_allclose(float(loss), ref, rtol=1e-4, atol=1e-5)
+
+
+VF_CLIP = 0.1
+
+
+@jax.jit
+def loss_variants(params, batch, mask, vf_clip_eps, flag):
+    """The loss with value clipping off/on (vf_clip_eps traced) x advantage normalisation
+    static True/False and traced (`flag`), with the actor's and critic's outputs: one program."""
+    out = {}
+    for clip in (None, vf_clip_eps):
+        for norm in (True, False, flag):
+            key = ("off" if clip is None else "on", str(norm) if isinstance(norm, bool) else "traced")
+            out[key] = ppo.ppo_loss(ACTOR.apply, CRITIC.apply, params, batch, mask, 0.2, 0.5, 0.01, False, clip,
+                                    norm)[0]
+    return out, ACTOR.apply(params["actor"], batch["obs"]), CRITIC.apply(params["critic"], batch["obs"])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_value_clipping_and_advantage_normalisation_match_numpy_reference(flag):
+    """ARLBench's options (vf_clip_eps, normalize_advantage) against the NumPy loop, the rollout
+    values drawn so that some samples move more than VF_CLIP from them and some less; a traced
+    normalisation switch equals the static one it selects."""
+    params = make_params(jax.random.PRNGKey(0))
+    batch = {k: np.asarray(v) for k, v in random_batch(jax.random.PRNGKey(1), 40).items()}
+    batch["value"] = np.random.default_rng(3).normal(0.0, 0.3, 40).astype(np.float32)
+    mask = np.arange(40) < 29
+    losses, (mean, log_std), value = loss_variants(params, batch, mask, np.float32(VF_CLIP), np.asarray(flag))
+    moved = np.abs(np.asarray(value) - batch["value"])[mask]
+    assert np.any(moved > VF_CLIP) and np.any(moved < VF_CLIP)  # both sides of the clip are exercised
+    args = np.asarray(mean), np.asarray(log_std), np.asarray(value), batch, mask, 0.2, 0.5, 0.01
+    for (clip, norm), got in losses.items():
+        norm = flag if norm == "traced" else norm == "True"
+        ref = numpy_loss(*args, vf_clip_eps=None if clip == "off" else VF_CLIP, normalize=norm)
+        np.testing.assert_allclose(float(got), ref, rtol=1e-4, atol=1e-5, err_msg=f"{clip} {norm}")
+    assert float(losses[("on", "True")]) != float(losses[("off", "True")])
+    assert float(losses[("off", "True")]) != float(losses[("off", "False")])
 
 
 def numpy_clipped_adam(params, grads_seq, lr, max_norm, eps, b1=0.9, b2=0.999):
@@ -375,17 +419,21 @@ def test_pendulum_fixed_improves():
 # ---- tunable fields --------------------------------------------------------------------------
 
 # A value different from PPOConfig's default for every tunable field (batch_size: tested above).
+# normalize_advantage: option index 0 (off; the config's True is index 1); vf_clip_eps: the config's 0.2.
 CHANGED = dict(learning_rate=3e-3, clip_eps=1e-4, gae_lambda=0.5, ent_coef=0.1, vf_coef=2.0, gamma=0.5,
-               max_grad_norm=0.01, reward_scale=3.0, adam_eps=0.1, obs_clip=0.5)
+               max_grad_norm=0.01, reward_scale=3.0, adam_eps=0.1, obs_clip=0.5, vf_clip_eps=1e-3,
+               normalize_advantage=0.0)
 
 
 def tunable_space():
-    """Every TUNABLE field, bounds wide enough for the defaults and CHANGED."""
+    """Every TUNABLE field, bounds wide enough for the defaults and CHANGED (normalize_advantage:
+    the categorical of options 0 and 1)."""
     bounds = dict(learning_rate=(1e-5, 1e-2), clip_eps=(1e-5, 0.5), gae_lambda=(0.1, 1.0), batch_size=(64, 128),
                   ent_coef=(0.0, 1.0), vf_coef=(0.1, 5.0), gamma=(0.1, 1.0), max_grad_norm=(0.001, 10.0),
-                  reward_scale=(0.1, 10.0), adam_eps=(1e-8, 1.0), obs_clip=(0.1, 20.0))
-    assert set(bounds) == set(ppo.TUNABLE)
-    return hcjax.Space(hcjax.Hyperparameter(n, lo, hi, integer=n == "batch_size") for n, (lo, hi) in bounds.items())
+                  reward_scale=(0.1, 10.0), adam_eps=(1e-8, 1.0), obs_clip=(0.1, 20.0), vf_clip_eps=(0.0, 0.5))
+    assert set(bounds) | {"normalize_advantage"} == set(ppo.TUNABLE)
+    return hcjax.Space([*(hcjax.Hyperparameter(n, lo, hi, integer=n == "batch_size") for n, (lo, hi) in bounds.items()),
+                        hcjax.Hyperparameter.choice("normalize_advantage", [0, 1])])
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +443,7 @@ def tuning():
     counts the segment's traces."""
     space = tunable_space()
     cfg = ppo.PPOConfig(num_envs=4, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), batch_size=64,
-                        tune_every=2)
+                        tune_every=2, vf_clip_eps=0.2)
     learner = ppo.make_learner(cfg, envs.make("CartPole-v1"), hcjax.make_tuner("hypercontroller", space, d=4))
     traces = []
 
@@ -431,7 +479,7 @@ def test_every_tunable_field_reaches_the_computation(tuning):
 
 @pytest.mark.slow
 def test_changing_tuned_values_never_recompiles(tuning):
-    """HyperController changes all 11 values during 12 iterations; the segment is traced once."""
+    """HyperController changes all 13 values during 12 iterations; the segment is traced once."""
     state = tuning["init"](jax.random.PRNGKey(1))
     seen = []
     for k in range(12):

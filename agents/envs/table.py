@@ -39,6 +39,7 @@ BACKENDS = tuple(b.name for b in BARE)
 PREFIXES = tuple(BY_NAME)  # every prefix "name/" of a registry name
 MIN_VERSIONS = {b.package: b.min_version for b in TABLE}
 BRAX_BACKENDS = brax_backend.BRAX_BACKENDS
+FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")  # "package.module:function", a factory's reference
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,8 +159,11 @@ def _unknown(name: str, where: str) -> ValueError:
         hint += (f"; in libraries not installed: {', '.join(elsewhere)} (" +
                  ", ".join(install_hint(PROVIDED_BY[BY_NAME[e].package]) for e in extras) + ")")
     prefixes = ", ".join(f"{b}/" for b in PREFIXES[:-1]) + f" or {PREFIXES[-1]}/"
+    factory = (f"; {name!r} looks like a factory (module:function): a study takes your own environments in "
+               f"env_factories (hcjax run --env-factory {name}), never among the names in envs"
+               if FACTORY.fullmatch(name) else "")
     return ValueError(f"envs.make: unknown environment {name!r} ({where}); {hint}. A prefix {prefixes} "
-                      f"chooses the library; envs.names() lists every name")
+                      f"chooses the library; envs.names() lists every name{factory}")
 
 
 def resolve(name: str | EnvSpec, installed: bool = True) -> EnvSpec:

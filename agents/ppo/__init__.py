@@ -34,7 +34,8 @@ Tuned hyperparameters. Any field of TUNABLE named in the tuner's space is a trac
 value read from the tuner's (h,) values every iteration (one compilation serves every
 value); the fields not in the space keep their PPOConfig value. learning_rate,
 max_grad_norm and adam_eps reach the optimiser through `optax.inject_hyperparams`;
-clip_eps, vf_coef and ent_coef the loss; gamma, gae_lambda and reward_scale GAE;
+clip_eps, vf_coef, ent_coef, vf_clip_eps and normalize_advantage (a categorical of options
+0 and 1) the loss; gamma, gae_lambda and reward_scale GAE;
 batch_size the rollout (see 1.); obs_clip the observation normalisation. A space
 naming a static field (num_envs, hidden_sizes, update_epochs, ...) or an unknown
 name, or bounds outside a field's allowed range, raises ValueError.
@@ -53,7 +54,9 @@ contain a non-finite value is rejected (parameters and optimiser state are kept)
 metrics["rejected"] is 1 for an iteration with any rejected step. Training goes on.
 
 Loss: clipped surrogate + vf_coef * 0.5 * (V - target)^2 (unclipped value loss,
-vf_coef 0.5) - ent_coef * entropy; Adam (eps 1e-5) after global-norm clipping 1.0.
+vf_coef 0.5; with vf_clip_eps set or tuned ARLBench's clipped one) - ent_coef * entropy;
+Adam (eps 1e-5) after global-norm clipping 1.0. PPOConfig.minibatch_size (a size, static)
+may replace num_minibatches.
 Termination and time-limit truncation are both treated as terminal (no bootstrap).
 
 Modules: config (PPOConfig, TUNABLE, check_space), stages (the pure stages: rollout,

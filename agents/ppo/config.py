@@ -14,17 +14,21 @@ METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "ep
 
 # Allowed range (low, high or None, low excluded?) of every real-valued PPOConfig field.
 REAL_FIELDS = {
-    "learning_rate": (0.0, None, True), "clip_eps": (0.0, None, True), "gae_lambda": (0.0, 1.0, False),
+    "learning_rate": (0.0, None, True), "clip_eps": (0.0, None, False), "gae_lambda": (0.0, 1.0, False),
     "gamma": (0.0, 1.0, False), "ent_coef": (0.0, None, False), "vf_coef": (0.0, None, False),
-    "max_grad_norm": (0.0, None, True), "adam_eps": (0.0, None, True), "obs_clip": (0.0, None, True),
-    "reward_scale": (0.0, None, True), "init_log_std": (-20.0, 5.0, False),
+    "max_grad_norm": (0.0, None, False), "adam_eps": (0.0, None, True), "obs_clip": (0.0, None, True),
+    "reward_scale": (0.0, None, True), "init_log_std": (-20.0, 5.0, False), "vf_clip_eps": (0.0, None, False),
 }
+OPTIONAL_REAL = ("vf_clip_eps",)  # REAL_FIELDS that may be None (the feature off)
 # Fields a tuner may set during training (traced values); every other field is static.
 TUNABLE = ("learning_rate", "clip_eps", "gae_lambda", "batch_size", "ent_coef", "vf_coef", "gamma",
-           "max_grad_norm", "reward_scale", "adam_eps", "obs_clip")
+           "max_grad_norm", "reward_scale", "adam_eps", "obs_clip", "vf_clip_eps", "normalize_advantage")
+# TUNABLE switches: tuned only as a categorical of these options (0 off, 1 on)
+SWITCHES = {"normalize_advantage": (0, 1)}
 OPTIMIZER_HPARAMS = ("learning_rate", "max_grad_norm", "adam_eps")  # through optax.inject_hyperparams
 INTEGER_FIELDS = ("num_iterations", "num_envs", "batch_size", "num_minibatches", "update_epochs", "tune_every",
                   "eval_steps", "eval_episodes")
+DEFAULT_MINIBATCHES = 16  # PPOConfig.num_minibatches' default
 
 
 def in_range(field: str, v) -> bool:
@@ -60,13 +64,23 @@ class PPOConfig:
     `eval_policy`: "greedy" (the mean action, or the argmax: deterministic) or "sampled" (actions
     drawn from the policy, as in training; where a greedy policy gets stuck, e.g. a sparse reward
     that one deterministic episode never reaches, a sampled one still measures something).
+
+    ARLBench's PPO options. vf_clip_eps: None, the plain value loss 0.5 (V - target)^2; a number
+    >= 0, the clipped one 0.5 max((V - target)^2, (V_clip - target)^2) with V_clip = V_old +
+    clip(V - V_old, -vf_clip_eps, vf_clip_eps), V_old the rollout's value. normalize_advantage:
+    advantages standardised per minibatch (over its valid samples) or used raw; tuned as a
+    categorical of options 0 and 1. minibatch_size: instead of num_minibatches (not both), the
+    number of minibatches is ceil(max batch / minibatch_size) (`minibatches`); our minibatches
+    are of equal size (n_valid // M, `stages.minibatch_rows`), where ARLBench's last one holds the
+    remainder. It is static, not tunable: a traced size would make one program pay for the
+    largest number of the largest minibatches.
     """
 
     num_iterations: int = 1000
     num_envs: int = 8
     batch_size: int = 1000
     max_batch_size: int | None = None
-    num_minibatches: int = 16
+    num_minibatches: int = DEFAULT_MINIBATCHES
     update_epochs: int = 10
     learning_rate: float = 3e-4
     clip_eps: float = 0.2
@@ -87,10 +101,15 @@ class PPOConfig:
     eval_steps: int = 1000
     eval_episodes: int = 1
     eval_policy: str = "greedy"
+    vf_clip_eps: float | None = None
+    normalize_advantage: bool = True
+    minibatch_size: int | None = None
 
     def __post_init__(self):
         for f in REAL_FIELDS:
             v = getattr(self, f)
+            if v is None and f in OPTIONAL_REAL:
+                continue
             ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
             if not (ok and math.isfinite(v) and in_range(f, v)):
                 raise ValueError(f"PPOConfig.{f} must be a number {range_text(f)}, got {v!r}")
@@ -109,8 +128,22 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.eval_policy must be one of {EVAL_POLICIES}, got {self.eval_policy!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"PPOConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if not isinstance(self.normalize_obs, bool):
-            raise ValueError(f"PPOConfig.normalize_obs must be True or False, got {self.normalize_obs!r}")
+        for f in ("normalize_obs", "normalize_advantage"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"PPOConfig.{f} must be True or False, got {getattr(self, f)!r}")
+        if self.minibatch_size is not None:
+            _check_integer("minibatch_size", self.minibatch_size, 1)
+            if self.num_minibatches != DEFAULT_MINIBATCHES:
+                raise ValueError(f"PPOConfig: give minibatch_size or num_minibatches, not both (got minibatch_size="
+                                 f"{self.minibatch_size}, num_minibatches={self.num_minibatches})")
+
+    def minibatches(self, max_batch: int) -> int:
+        """The number of minibatches M of an epoch over a rollout of at most `max_batch` frames:
+        num_minibatches, or with minibatch_size ceil(max_batch / minibatch_size) (1 when
+        minibatch_size >= max_batch: one minibatch of the whole batch)."""
+        if self.minibatch_size is None:
+            return self.num_minibatches
+        return max(1, -(-max_batch // self.minibatch_size))
 
     @classmethod
     def from_timesteps(cls, total_timesteps: int, **fields) -> PPOConfig:
@@ -132,11 +165,15 @@ class PPOConfig:
 
 def check_choice(p) -> None:
     """A categorical of a TUNABLE field: ValueError unless every option is a number in the
-    field's allowed range (batch_size: whole numbers >= 1); the learner uses the option's value."""
+    field's allowed range (batch_size: whole numbers >= 1; a switch: SWITCHES' options); the
+    learner uses the option's value."""
     where = f"tuner space: {p.name} is categorical"
     if any(isinstance(o, str) for o in p.options):
         raise ValueError(f"{where}: its options must be numbers (values of PPOConfig.{p.name}), got {list(p.options)}")
-    if p.name == "batch_size":
+    if p.name in SWITCHES:
+        if not all(o in SWITCHES[p.name] for o in p.options):
+            raise ValueError(f"{where}: its options must be {SWITCHES[p.name]} (off, on), got {list(p.options)}")
+    elif p.name == "batch_size":
         if not all(float(o).is_integer() and o >= 1 for o in p.options):
             raise ValueError(f"{where}: its options must be whole numbers >= 1, got {list(p.options)}")
     elif not all(in_range(p.name, o) for o in p.options):
@@ -187,6 +224,9 @@ def check_space(space) -> None:
             raise ValueError(f"tuner space: {p.name!r} {kind}; tunable fields: {', '.join(TUNABLE)}")
         if p.options is not None:
             check_choice(p)
+        elif p.name in SWITCHES:
+            raise ValueError(f"tuner space: {p.name} is a switch: give it as a categorical of the options "
+                             f"{SWITCHES[p.name]} (off, on), e.g. Hyperparameter.choice({p.name!r}, [0, 1])")
         elif p.name == "batch_size":
             if not (p.integer and p.low >= 1):
                 raise ValueError(f"tuner space: batch_size must be an integer hyperparameter with low >= 1, got {p}")

@@ -90,8 +90,9 @@ class Learner(NamedTuple):
 
 class Parts(NamedTuple):
     """The static pieces the learner's functions share: max_steps rollout steps,
-    num_samples = max_steps x num_envs, minibatch_length = ceil(num_samples / M),
-    index: hyperparameter name -> position in the tuner's values."""
+    num_samples = max_steps x num_envs, num_minibatches M (`PPOConfig.minibatches`),
+    minibatch_length = ceil(num_samples / M), index: hyperparameter name -> position in the
+    tuner's values; clip_values: the value loss is clipped (vf_clip_eps set or tuned)."""
 
     config: PPOConfig
     env: Any
@@ -100,7 +101,9 @@ class Parts(NamedTuple):
     index: dict
     max_steps: int
     num_samples: int
+    num_minibatches: int
     minibatch_length: int
+    clip_values: bool
     actor: nets.Actor
     critic: nets.Critic
     opt: Any
@@ -156,7 +159,8 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     check_batch_options(config, space)
     index = {n: i for i, n in enumerate(space.names)}
     max_steps = max_rollout_steps(config, space)
-    N, M = max_steps * config.num_envs, config.num_minibatches
+    N = max_steps * config.num_envs
+    M = config.minibatches(N)
     if N < M:
         raise ValueError(f"PPOConfig.num_minibatches must be <= max batch {N} (num_envs x max_steps), got {M}")
     actor = nets.Actor(env.action_size, env.discrete, config.hidden_sizes, config.activation, config.init_log_std)
@@ -165,7 +169,8 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
     opt = optax.inject_hyperparams(make_optimizer, static_args=("flat",))(
         flat=flat, **{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
     p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
-              max_steps=max_steps, num_samples=N, minibatch_length=-(-N // M), actor=actor, critic=critic, opt=opt,
+              max_steps=max_steps, num_samples=N, num_minibatches=M, minibatch_length=-(-N // M),
+              clip_values=config.vf_clip_eps is not None or "vf_clip_eps" in index, actor=actor, critic=critic, opt=opt,
               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
     bound = {name: functools.partial(fn, p) for name, fn in dict(
         init=init, iterate=iterate, evaluate=evaluate, act=act, value=value, learn=learn, n_steps=n_steps,
@@ -340,8 +345,12 @@ def _collect(p: Parts, state, key):
 
 
 def _loss(p: Parts, params, batch, mask, hparams):
+    normalize = p.config.normalize_advantage
+    if "normalize_advantage" in p.index:  # traced: the option's value, 0 or 1
+        normalize = hparam(p, hparams, "normalize_advantage") > 0.5
     return stages.ppo_loss(p.actor.apply, p.critic.apply, params, batch, mask, hparam(p, hparams, "clip_eps"),
-                           hparam(p, hparams, "vf_coef"), hparam(p, hparams, "ent_coef"), p.env.discrete)
+                           hparam(p, hparams, "vf_coef"), hparam(p, hparams, "ent_coef"), p.env.discrete,
+                           hparam(p, hparams, "vf_clip_eps") if p.clip_values else None, normalize)
 
 
 def _sgd_step(p: Parts, hparams, params, opt_state, batch, mask):
@@ -380,11 +389,12 @@ def learn(p: Parts, state, traj, do_ask=None):
     adv, target = stages.gae(reward * hparam(p, hparams, "reward_scale"), traj["value"], traj["done"], valid,
                              traj["last_value"], hparam(p, hparams, "gamma"), hparam(p, hparams, "gae_lambda"))
     samples = dict(obs=traj["obs"], action=traj["action"], logp=traj["logp"], adv=adv, target=target,
-                   **({"mask": traj["mask"]} if "mask" in traj else {}))
+                   **({"mask": traj["mask"]} if "mask" in traj else {}),
+                   **({"value": traj["value"]} if p.clip_values else {}))
     samples = jax.tree.map(lambda x: x.reshape((N,) + x.shape[2:]), samples)
     params, opt_state, rejected = stages.update_epochs(
         functools.partial(_sgd_step, p, hparams), state.params, _set_opt_hparams(p, state.opt_state, hparams),
-        samples, valid.reshape(N), jax.random.split(k_epochs, cfg.update_epochs), cfg.num_minibatches,
+        samples, valid.reshape(N), jax.random.split(k_epochs, cfg.update_epochs), p.num_minibatches,
         p.minibatch_length)
     stats = update_obs_stats(state.obs_stats, traj["raw_obs"], valid) if cfg.normalize_obs else state.obs_stats
     out = stages.iteration_objective(cfg.objective, reward, valid, traj["ep_done"], traj["ep_return"],

@@ -69,20 +69,20 @@ def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_s
     reset(key) -> (state, obs); step(key, state, action) -> (state, obs, reward, done);
     policy(obs, key) -> action, or with `action_mask` (state -> (n,) bool legal actions)
     policy(obs, key, mask) -> a legal action. Rewards after the first `done` are not counted.
-    Step t's keys (env, policy) come from fold_in(key, t) inside the scan: no (max_steps, ...)
-    key array is held, whatever max_steps."""
+    Step t's keys (env, policy) come from fold_in(key, t) with the step counter t carried by
+    the scan (no xs): nothing of length max_steps is held, whatever max_steps."""
     k_reset, k_steps = jax.random.split(key)
     env_state, obs = reset(k_reset)
 
-    def body(carry, t):
-        env_state, obs, ret, alive = carry
+    def body(carry, _):
+        env_state, obs, ret, alive, t = carry
         k_env, k_act = jax.random.split(jax.random.fold_in(k_steps, t))
         action = policy(obs, k_act) if action_mask is None else policy(obs, k_act, action_mask(env_state))
         env_state, obs, r, d = step(k_env, env_state, action)
-        return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
+        return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d, t + 1), None
 
-    carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
-    (_, _, ret, _), _ = jax.lax.scan(body, carry, jnp.arange(max_steps, dtype=jnp.int32))
+    carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True), jnp.zeros((), jnp.int32))
+    (_, _, ret, _, _), _ = jax.lax.scan(body, carry, None, length=max_steps)
     return ret
 
 
@@ -176,14 +176,18 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
     return params, opt_state, rejected
 
 
-def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, ent_coef, discrete):
+def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, ent_coef, discrete,
+             vf_clip_eps=None, normalize_advantage=True):
     """Masked PPO loss of one minibatch.
 
-    batch: obs (B, obs_size), action (B,) or (B, a), logp (B,), adv (B,), target (B,), and
-    (masked environments) mask (B, n) bool legal actions, applied to the logits
-    (`networks.masked`: log-probabilities and entropy over the legal actions);
-    mask: (B,) bool valid samples. Advantages are standardised over the valid samples. Returns
-    (loss, aux dict of pg_loss, v_loss, entropy), every term a mean over valid samples.
+    batch: obs (B, obs_size), action (B,) or (B, a), logp (B,), adv (B,), target (B,), with
+    vf_clip_eps value (B,) (the rollout's values), and (masked environments) mask (B, n) bool
+    legal actions, applied to the logits (`networks.masked`: log-probabilities and entropy over
+    the legal actions); mask: (B,) bool valid samples. normalize_advantage: True (advantages
+    standardised over the valid samples), False (raw), or a traced bool scalar choosing.
+    vf_clip_eps: None (value loss 0.5 (V - target)^2) or a scalar (ARLBench's clipped loss
+    0.5 max((V - target)^2, (V_clip - target)^2), V_clip = value + clip(V - value, +-vf_clip_eps)).
+    Returns (loss, aux dict of pg_loss, v_loss, entropy), every term a mean over valid samples.
     """
     w = mask.astype(jnp.float32)
     n = jnp.maximum(jnp.sum(w), 1.0)
@@ -194,12 +198,17 @@ def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, 
     ent = nets.entropy(dist, discrete)
     value = critic_apply(params["critic"], batch["obs"])
     adv = batch["adv"]
-    mean = jnp.sum(w * adv) / n
-    std = jnp.sqrt(jnp.sum(w * (adv - mean) ** 2) / n)
-    adv = (adv - mean) / (std + 1e-8)
+    if normalize_advantage is not False:
+        mean = jnp.sum(w * adv) / n
+        std = jnp.sqrt(jnp.sum(w * (adv - mean) ** 2) / n)
+        standard = (adv - mean) / (std + 1e-8)
+        adv = standard if normalize_advantage is True else jnp.where(normalize_advantage, standard, adv)
     ratio = jnp.exp(logp - batch["logp"])
     pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv)
     vl = 0.5 * (value - batch["target"]) ** 2
+    if vf_clip_eps is not None:
+        clipped = batch["value"] + jnp.clip(value - batch["value"], -vf_clip_eps, vf_clip_eps)
+        vl = jnp.maximum(vl, 0.5 * (clipped - batch["target"]) ** 2)
     pg_loss = jnp.sum(jnp.where(mask, pg, 0.0)) / n
     v_loss = jnp.sum(jnp.where(mask, vl, 0.0)) / n
     entropy = jnp.sum(jnp.where(mask, ent, 0.0)) / n

@@ -36,7 +36,7 @@ from experiments.reporting.views import ran_as
 from experiments.study import build, engine, estimate, own_envs, presets, processes, studyfile
 from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
-from experiments.study.checks import check
+from experiments.study.checks import check, study_warnings
 from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.progress import ticking
 from experiments.study.store import StudyBusy, StudyDir
@@ -311,13 +311,17 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s)" if p.poor_defaults else "",
+        started = f" ({len(p.start_from_poor)} method(s) also started from each)" if p.start_from_poor else ""
+        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s){started}" if p.poor_defaults else "",
                             f", every one again on {len(plan.test_ids)} test seed(s)" if plan.test_ids else ""])
         self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s){protocol} x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
-            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+            own = plan.timing(e)
+            schedule = f"; its own schedule: {own.iterations} iterations, a decision every {own.tune_every}, an " \
+                f"evaluation every {own.eval_every}" if e.schedule else ""
+            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})") + schedule)
         if self.dropped:
             self.log(f"  not run: the preset's {', '.join(self.dropped)} (env_factories / --env-factory without envs / "
                      f"--envs replace the preset's environments; name them in envs to run both)")
@@ -329,6 +333,8 @@ class StudyRun:
             groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
             self.log(f"  resuming: {groups}")
         self.log(guess.describe())
+        for warning in study_warnings(plan):
+            self.log(f"warning: {warning}")
         failures: list[engine.UnitFailure] = []
         try:
             engine.run(plan, store, self.keys, self.finished, progress=self.progress, log=self.log,
@@ -372,7 +378,8 @@ def _to_stderr(msg: str) -> None:
 def probe_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:
     """Run every environment of the plan that `build.measured` names for a few steps
     (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
-    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix); `log` says each one."""
+    `done`, returns NaN or infinity, or has states where its action mask allows no action
+    (`agents.envs.check_probe`: ValueError naming the environment and the fix); `log` says each one."""
     for env in plan.envs:
         if build.measured(env):
             log(f"  probing {env.label}: compiling its step for {build.probe_batch(plan, env)} copies and running it")
@@ -380,7 +387,7 @@ def probe_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None
                 found = build.probe(plan, env)
             log(f"  probed {env.label}: compiled in {found.compile_seconds:.1f} s, "
                 f"{found.step_seconds * 1e3:.2g} ms a step of {found.batch} copies")
-            agent_envs.check_auto_reset(found)
+            agent_envs.check_probe(found)
 
 
 def check_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:

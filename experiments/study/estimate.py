@@ -176,7 +176,7 @@ def group_parts(plan: Plan, env, methods: list[str], done: int = 0, first: tuple
     unit group from iteration `done` on. first: (whether its evaluation program is the first of
     its environment and agent count, the tuner kinds whose timing programs exist already);
     speed: the contention its environment's probe (if any) was taken at."""
-    p = plan.preset
+    p, timing = plan.preset, plan.timing(env)
     config = PPOConfig(**ppo_options(plan, env))
     built = build.environment(env.make)
     frames = largest_frames(config, plan.space)
@@ -189,7 +189,7 @@ def group_parts(plan: Plan, env, methods: list[str], done: int = 0, first: tuple
     net = multiply_adds(config, built.obs_size, max(built.action_size, 1)) * MULTIPLY_ADD
     env_step, step = ENV_CPU.get(env.path, ENV_CPU["gymnax"]), STEP
     serial = BUILD + INIT + 2 * BRANCH * (branches - 1) + (EVALUATION[p.fast_compile] if first[0] else 0.0)
-    lengths = len(set(segments(p.iterations, p.eval_every)))
+    lengths = len(set(segments(timing.iterations, timing.eval_every)))
     serial += lengths * SEGMENT[p.fast_compile] * (1 + sum(TUNERS[k][0] for k in kinds))
     eval_step = EVAL_STEP
     if build.measured(env):  # its own step, measured: per sequential step of the copies a program steps at once
@@ -200,8 +200,8 @@ def group_parts(plan: Plan, env, methods: list[str], done: int = 0, first: tuple
             / found.batch
         env_step, step = 0.0, STEP + copy * agents * config.num_envs
         eval_step = EVAL_STEP + copy * agents * config.eval_episodes
-    left = max(p.iterations - done, 0)
-    decisions = left / p.tune_every
+    left = max(timing.iterations - done, 0)
+    decisions = left / timing.tune_every
     serial += sum(TUNERS[k][1] for k in set(kinds) - first[1])
     serial += decisions * sum(len(unit_seeds(plan, m)) * TUNERS[tuner_kind(m)][2] for m in methods)
     serial += left * TIMING_CALL * sum(tuner_kind(m) != "schedule" for m in methods)
@@ -210,9 +210,9 @@ def group_parts(plan: Plan, env, methods: list[str], done: int = 0, first: tuple
         serial += left * agents * frames * ENV_CPU["gymnasium"]
         env_step = 0.0
     iteration = agents * frames * (env_step + net * (1 + 3 * config.update_epochs)) + frames / config.num_envs * \
-        step + config.update_epochs * config.num_minibatches * UPDATE
+        step + config.update_epochs * config.minibatches(frames) * UPDATE
     evaluation = agents * config.eval_episodes * config.eval_steps * (env_step + net) + config.eval_steps * eval_step
-    ends = set(range(p.eval_every, p.iterations + 1, p.eval_every)) | {p.iterations}  # an evaluation after each
+    ends = set(range(timing.eval_every, timing.iterations + 1, timing.eval_every)) | {timing.iterations}
     evaluations = sum(end > done for end in ends)
     parallel = left * iteration + evaluations * evaluation + deciding
     return dict(frames=agents * left * frames, serial=serial, parallel=parallel)

@@ -42,13 +42,14 @@ import numpy as np
 
 from agents.ppo import PPOConfig, make_learner
 from experiments.study import build, own_envs
-from experiments.study.devices import check_seed_ids, padded_count
+from experiments.study.devices import check_run_count, check_seed_ids, padded_count
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
-from experiments.study.plan import make_hyperparameter
+from experiments.study.plan import make_hyperparameter, unit_timing
 from experiments.study.programs import announced, built_anew
 from experiments.study.progress import Progress
-from experiments.study.store import StudyDir, UnitResult, load_unit
+from experiments.study.protocol import SWEEP, TEST
+from experiments.study.store import StudyDir, UnitResult, load_unit, unit_name
 from hcjax.space import Space
 from hcjax.tuners.schedule import schedule
 
@@ -63,6 +64,18 @@ def source_unit(source: str | os.PathLike, unit: str) -> UnitResult:
         raise ValueError(f"unit: {unit!r} is not a finished unit of {store.path} (units: "
                          f"{', '.join(there) or 'none'})")
     return load_unit(path)
+
+
+def check_replayable(unit: str, src: UnitResult) -> None:
+    """ValueError for the sweep's tuning unit: its rows are N configurations x k tuning seeds, not
+    one method's schedules (a replay on n seeds would run its first configurations); its incumbent,
+    one schedule on every row, is the unit `sweep@test` (a study with test seeds runs it)."""
+    if src.meta.get("method") == SWEEP:
+        n = len((src.meta.get("sweep") or {}).get("configurations") or [])
+        raise ValueError(f"unit: {unit} is the sweep, {n} static configurations x their tuning seeds, not one "
+                         f"schedule: a replay would run its first configurations on the new seeds. Replay its "
+                         f"incumbent, the unit {unit_name(src.meta['env'], SWEEP + TEST)} (sweep@test: the best "
+                         f"configuration on every row; a study with test_seeds runs it)")
 
 
 def check_schedule(unit: str, space: Space, hparams: np.ndarray) -> None:
@@ -125,8 +138,11 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     the factory the unit recorded); log: where the line saying a factory is imported goes, and
     (progress) the line saying what is replayed; progress: a bar (a plain line in a log) over
     the iterations, saying what compiles, as `hcjax run` shows (`experiments.study.progress`)."""
+    if isinstance(seeds, range):
+        check_run_count("seeds", len(seeds))  # before its ids are made
     ids = check_seed_ids("seeds", list(seeds) if isinstance(seeds, range) else seeds)  # first: nothing read yet
     src = source_unit(source, unit)
+    check_replayable(unit, src)
     config = src.meta.get("config") or {}
     env = config.get("env") or {}
     if env.get("path") == "gymnasium":
@@ -162,7 +178,7 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
             on_segment(k)
             bar.update(k)
 
-        run = run_jax_unit(learner, agent_ids, T, config["eval_every"], segment_done,
+        run = run_jax_unit(learner, agent_ids, T, unit_timing(config).eval_every, segment_done,
                            fast_compile=bool(src.meta.get("fast_compile", False)),
                            which=(np.arange(n) % n_src).astype(np.int32),
                            program=announced(built_anew, bar.phase), shared=announced(built_anew, bar.phase))
