@@ -214,6 +214,23 @@ def test_cost_is_one_run_over_the_whole_sweep():
     assert "1/8 of its frames;" in unknown.sentences["hypercontroller"]
 
 
+def test_seconds_of_a_program_that_ran_several_methods_are_labelled_shared():
+    """A fused program's seconds are split over its runs, not measured per method: its cost in
+    seconds says 'shared' (table, row, sentence); its frames are its own."""
+    units = U.study(0)
+    for u in units:
+        if u.meta["method"] in ("hypercontroller@test", "fixed@test") and u.meta["env"] == "A":
+            u.meta["fused_with"] = ["hypercontroller@test", "fixed@test"]
+    result = V.verdict(units, reps=20)
+    rows = {(r["env"], r["comparison"]): r for r in result.rows if r["kind"] == "cost" and r["phase"] == "test"
+            and r["method"] == "hypercontroller"}
+    assert rows[("A", verdict_text.SECONDS)]["status"] == rows[(ALL, verdict_text.SECONDS)]["status"] == "shared"
+    assert "1 other unit(s)" in rows[("A", verdict_text.SECONDS)]["note"]
+    assert rows[("B", verdict_text.SECONDS)]["status"] == "" and rows[(ALL, verdict_text.FRAMES)]["status"] == ""
+    assert "1/6 (shared)" in result.markdown
+    assert "1/6 of its seconds (shared with the methods of its program)" in result.sentences["hypercontroller"]
+
+
 # ---- sentences, flags and the table --------------------------------------------------------
 
 def shifted(**shift):

@@ -30,7 +30,9 @@ a poor default, M:P = M started from P (`protocol.started_from`):
     level from P         (mean M - mean P) / (mean D - mean P): where M's own runs (which never
                          started at P) land between P and the default: not a recovery
     cost                 frames (and seconds, meta['run_seconds'] = one run) of one run of M
-                         over the whole sweep's (its N x k runs)
+                         over the whole sweep's (its N x k runs); seconds of a method whose
+                         program ran other units too (fused_methods) are that program's split
+                         evenly over its runs: status 'shared', not measured per method
 
 and for the incumbent and each poor default P(> D), for each replayed schedule P(replay > D)
 and P(replay > fresh runs of M). Over all environments the means are of scores normalised per
@@ -72,6 +74,7 @@ from experiments.reporting.verdict_text import (
     SECONDS,
     SEEDS_ALONE,
     SHARE,
+    SHARED,
 )
 from experiments.reporting.views import ALL, final_eval, measured_nothing
 from experiments.study import unfinished
@@ -357,14 +360,24 @@ def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict
         for comparison, cost in ((FRAMES, _frames), (SECONDS, _seconds)):
             per_env = {env: (cost(by[(env, name(m))], one=True), cost(by[(env, SWEEP)], one=False))
                        for env in envs if (env, name(m)) in by and (env, SWEEP) in by}
+            fused = {e: _fused(by[(e, name(m))]) for e in per_env} if comparison == SECONDS else {}
             for scope in [ALL] + envs:
                 pairs = list(per_env.values()) if scope == ALL else [per_env[scope]] if scope in per_env else []
                 known = pairs and all(a is not None and b is not None and b > 0 for a, b in pairs)
                 ratio = sum(a for a, _ in pairs) / sum(b for _, b in pairs) if known else float("nan")
+                shared = sorted({w for e, with_ in fused.items() if scope in (ALL, e) for w in with_})
+                status = "n/a" if not known else SHARED if shared else ""
+                note = f"one program ran it with {len(shared)} other unit(s) (fused_methods): that program's " \
+                       f"seconds, compilation included, split evenly over its runs" if shared else ""
                 rows.append({"phase": phase, "env": scope, "method": m, "comparison": comparison,
-                             **_row("cost", ratio, status="" if known else "n/a",
-                                    envs=[e for e in per_env if scope in (ALL, e)])})
+                             **_row("cost", ratio, status=status, envs=[e for e in per_env if scope in (ALL, e)],
+                                    note=note)})
     return rows
+
+
+def _fused(unit: UnitResult) -> list[str]:
+    """The methods a unit's program ran besides it (meta['fused_with']), [] when it ran alone."""
+    return [m for m in unit.meta.get("fused_with", []) if m != unit.meta["method"]]
 
 
 def _frames(unit: UnitResult, one: bool) -> float:

@@ -17,6 +17,7 @@ BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)"
 SHARE, RECOVERY, FRAMES, SECONDS = "share of the sweep's gain", "recovery from ", "frames / sweep", "seconds / sweep"
 LANDING = "level from "
 SEEDS_ALONE = "seeds alone"  # the reference row's method: the default's test seeds against its tuning seeds
+SHARED = "shared"  # a cost row's status: seconds of a program that ran several methods, split over its runs
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
             "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
@@ -68,7 +69,7 @@ def cell(row: dict | None) -> str:
     if row is None:
         return ""
     if row["kind"] == "cost":
-        return fraction(row["estimate"])
+        return fraction(row["estimate"]) + (f" ({SHARED})" if row["status"] == SHARED else "")
     if row["kind"] == "share":
         return share_text(row)
     if row["status"] in NO_NUMBER:
@@ -141,6 +142,7 @@ def _cost(rows: dict, whose: str = "its") -> str:
     """'1/96 of its frames and 1/80 of its seconds' from the method's cost rows (ALL); `whose`
     names the sweep in the first part."""
     parts = [f"{fraction(rows[c]['estimate'])} of {'its' if i else whose} {word}"
+             + (" (shared with the methods of its program)" if rows[c]["status"] == SHARED else "")
              for i, (c, word) in enumerate((c, w) for c, w in ((FRAMES, "frames"), (SECONDS, "seconds"))
                                            if c in rows and np.isfinite(rows[c]["estimate"]))]
     return " and ".join(parts)

@@ -54,9 +54,10 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit (it names runs/<name>)"
 
 
-def _backend_of(make: str) -> str:
-    """The library behind an environment name (ValueError with suggestions if unknown)."""
-    return agent_envs.resolve(make).backend
+def _backend_of(make: str, installed: bool = True) -> str:
+    """The library behind an environment name (ValueError with suggestions if unknown; with
+    installed=False, also that of a library not installed)."""
+    return agent_envs.resolve(make, installed).backend
 
 
 def _names(field: str, given: Sequence[str], allowed: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -83,18 +84,19 @@ def _positive(field: str, value) -> int:
     return value
 
 
-def choose_env(name: str, preset: Preset) -> EnvChoice:
+def choose_env(name: str, preset: Preset, installed: bool = True) -> EnvChoice:
     """The EnvChoice of a study environment name under `preset`: the preset's `paths`
     first, then any name `agents.envs.resolve` knows (ValueError with the closest names);
-    with the preset's `env_ppo` overrides and `env_schedule` for it."""
+    with the preset's `env_ppo` overrides and `env_schedule` for it. installed=False: an
+    environment of a library not installed is chosen too (to describe a preset, not to run it)."""
     own = dict(ppo=dict(preset.env_ppo.get(name, {})), schedule=dict(preset.env_schedule.get(name, {})))
     if name in preset.paths:
         make, why = preset.paths[name]
-        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, **own)
+        return EnvChoice(label=name, make=make, path=_backend_of(make, installed), why=why, **own)
     if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
                          why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", **own)
-    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", **own)
+    return EnvChoice(label=name, make=name, path=_backend_of(name, installed), why="given directly", **own)
 
 
 def check_env_schedule(env_schedule) -> dict[str, dict[str, int]]:
@@ -135,6 +137,7 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     """Validate a preset (a name or a Preset, e.g. from a study file) and its overrides;
     ValueError naming the field and the allowed values on any bad input. Compiles
     nothing. The preset's env_factories are imported and called (your code runs);
+    `env_factories` given without `envs` replaces the preset's environments (with `envs`: both);
     `own`: environments given as objects (`own_envs.from_object`), run after the others."""
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -147,6 +150,8 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
         changes["envs"] = _names("env", envs) if envs else ()
     if env_factories is not None:
         changes["env_factories"] = tuple(env_factories)
+        if envs is None:  # the factories replace the preset's environments
+            changes["envs"] = ()
     if methods is not None:
         changes["methods"] = _names("method", methods, ALL_METHODS)
     if seeds is not None:
