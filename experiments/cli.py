@@ -19,7 +19,7 @@ from pathlib import Path
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
 from experiments.reporting import export, plots, verdict
-from experiments.study import api, interrupts, presets, processes, schedules, studyfile
+from experiments.study import api, interrupts, presets, processes, schedules, studyfile, unfinished
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.spacetext import parse_hyperparameter
@@ -356,8 +356,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_verdict(args) -> int:
-    _, units = finished_units(args)
-    try:  # no test seeds, or a --json FILE that cannot be written: before any work
+    store, units = finished_units(args)
+    try:  # units missing, no test seeds, or a --json FILE that cannot be written: before any work
+        unfinished.check(store, units)
         result = verdict.verdict(units, json_path=args.json)
     except ValueError as e:
         raise UsageError(e) from None

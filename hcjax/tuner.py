@@ -54,6 +54,12 @@ def no_values(state: State) -> jax.Array:
                      "hcjax.make_tuner has one")
 
 
+def no_place(state: State, values: jax.Array) -> State:
+    """The `place` of a Tuner built without one: a ValueError when called."""
+    raise ValueError("this Tuner cannot be started from given values: it was built without a `place` function "
+                     "(Tuner(..., place=fn)); every registry tuner but `schedule` has one")
+
+
 class Tuner(NamedTuple):
     """A hyperparameter tuner: static `name` and `space`, three pure functions, and
     `memory_bytes`: the estimated peak memory of one agent (int bytes: the state, the
@@ -67,7 +73,10 @@ class Tuner(NamedTuple):
     the fields that index something (arms, contexts, slots); a bound is an int, or a
     tuple of ints, one per row of the field's first axis (per hyperparameter). What a
     restored state is checked against (`HostTuner.load_state_dict`), since a gather
-    would silently clamp an index. Tuples, so that a Tuner stays hashable."""
+    would silently clamp an index. Tuples, so that a Tuner stays hashable.
+    place(state, values (h,)) -> state with `values` in effect, as if its last `ask` had
+    returned them: the next `tell` is an observation of them (HyperController: of the arms
+    nearest them); what `make_tuner(..., start=...)` uses (`hcjax.tuners.start`)."""
 
     name: str
     space: Space
@@ -77,6 +86,7 @@ class Tuner(NamedTuple):
     memory_bytes: int
     values: Callable[[State], jax.Array] = no_values
     index_bounds: tuple[tuple[str, int | tuple[int, ...]], ...] = ()
+    place: Callable[[State, jax.Array], State] = no_place
 
     def step(self, state: State, key: jax.Array, objective, decide) -> tuple[State, jax.Array]:
         """Tell `objective`, then ask only if `decide`: one call per training iteration.
@@ -100,6 +110,7 @@ class Tuner(NamedTuple):
         vmap turns the cond into a select that computes every ask at every iteration.
         """
         check_decide(self.name, decide)
+        check_state(self, state)
         key = check_step_inputs(self, key, state, objective)  # under vmap: a key or state every agent shares
         state = self.tell(state, objective)
         ask_key = jax.random.fold_in(key, STEP_KEY_TAG)
@@ -125,6 +136,25 @@ def check_decide(name: str, decide) -> None:
     if dtype is None or dtype != np.bool_ or tuple(shape) != ():
         raise ValueError(f"{name}.step: decide must be a Python bool or a bool scalar array (e.g. "
                          f"`update_i % 4 == 0`), got {decide!r}")
+
+
+@functools.cache
+def state_structure(init: Callable[[jax.Array], State]):
+    """The pytree structure of `init(key)`'s state (traced with jax.eval_shape: nothing computed)."""
+    return jax.tree_util.tree_structure(jax.eval_shape(init, jax.ShapeDtypeStruct((2,), jnp.uint32)))
+
+
+def check_state(tuner: Tuner, state) -> None:
+    """TypeError naming the `state` argument of `tuner.step` when it is not a state of this
+    tuner (its pytree structure is not `init`'s): e.g. the key and the state given swapped."""
+    expected, got = state_structure(tuner.init), jax.tree_util.tree_structure(state)
+    if got != expected:
+        leaves = jax.tree_util.tree_leaves(state)
+        what = f"an array of shape {tuple(np.shape(leaves[0]))}" if got.num_leaves == 1 and got.num_nodes == 1 \
+            else f"a pytree of {got.num_leaves} leaves"
+        raise TypeError(f"{tuner.name}.step(state, key, objective, decide): state must be this tuner's state "
+                        f"({tuner.name}.init(key)'s, {expected.num_leaves} arrays), got {what}"
+                        + (": were the state and the key swapped?" if got.num_leaves == 1 else ""))
 
 
 # Under jax.vmap, a value that does not depend on the vmapped arguments stays unbatched: one

@@ -67,7 +67,8 @@ _FAST_VAR = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 COSTLIEST_FIRST = (
     "test_env_craftax.py", "test_env_libraries.py", "test_ppo.py", "test_distributed.py", "test_baselines.py",
     "test_population.py", "test_experiments.py", "test_own_loop_example.py", "test_study_cli.py", "test_study_api.py",
-    "test_population_processes.py", "test_packaging.py", "test_envs.py", "test_protocol.py", "test_gp.py",
+    "test_population_processes.py", "test_reliability_round5_processes.py", "test_packaging.py", "test_envs.py",
+    "test_protocol.py", "test_gp.py",
     "test_population_study.py", "test_choice.py", "test_studyfile.py", "test_plots.py", "test_schedule_replay.py",
     "test_readme.py", "test_own_loop_api.py", "test_host_tuner.py", "test_reliability_study.py", "test_controller.py",
     "test_lgds.py", "test_make_train_eval.py", "test_action_masks.py", "test_agents_population.py",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.study import protocol
 from experiments.study.store import UnitResult
 
 TUNING, TEST = list(range(10)), list(range(100, 110))
@@ -55,8 +56,9 @@ def study(seed: int = 0, envs=("A", "B"), n_test: int = 6, n_tuning: int = 5, sh
             units.append(unit(env, m + "@test", draw(m, n_test), phase="test", rng=rng, **run))
         units.append(sweep(env, np.round(scale * rng.normal(0.5, 1.0, n_conf * k), 1), k, rng=rng,
                            **({"run_seconds": 1.5} if seconds else {})))
+        best = protocol.incumbent(units[-1].eval_reward[:, -1], np.repeat(np.arange(n_conf), k))  # what it would run
         units.append(unit(env, "sweep@test", draw("sweep", n_test), phase="test", rng=rng,
-                          incumbent={"configuration": 0, "values": [0.001], "tuning_mean": 0.0}))
+                          incumbent={"configuration": best, "values": [0.001 * (best + 1)], "tuning_mean": 0.0}))
         for m in ("hypercontroller", "random"):
             units.append(unit(env, f"replay_{m}@test", draw(f"replay_{m}", n_test), phase="test", rng=rng))
     return units

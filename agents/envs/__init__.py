@@ -65,7 +65,7 @@ Modules: table (TABLE: one `Backend` record per library; names, resolve, make), 
 from agents.envs.backend import Backend, auto_reset, flatten_observation
 from agents.envs.checks import check_traced
 from agents.envs.kinds import HostEnv, JaxEnv
-from agents.envs.probe import Probe, check_auto_reset, probe
+from agents.envs.probe import Probe, check_auto_reset, check_probe, probe
 from agents.envs.table import (
                                BACKENDS,
                                BRAX_BACKENDS,
@@ -82,5 +82,6 @@ from agents.envs.table import (
 )
 
 __all__ = ["BACKENDS", "BRAX_BACKENDS", "MIN_VERSIONS", "PREFIXES", "TABLE", "Backend", "EnvSpec", "HostEnv",
-           "JaxEnv", "Probe", "auto_reset", "check_auto_reset", "check_backends", "check_traced", "closest",
+           "JaxEnv", "Probe", "auto_reset", "check_auto_reset", "check_backends", "check_probe", "check_traced",
+           "closest",
            "flatten_observation", "make", "names", "not_an_environment", "probe", "resolve"]

@@ -147,12 +147,17 @@ def from_gymnax_like(env, params, name: str, **fields) -> JaxEnv:
 
     def step(key, state, action):
         out = env.step(key, state, action if discrete else action.reshape(a_shape), params)
-        if len(out) == 5 and not real:  # gymnax 0.0.x's form, which craftax keeps: (obs, state, reward, done, info)
+        n = len(out) if isinstance(out, tuple) else None
+        if n == 5 and not real:  # gymnax 0.0.x's form, which craftax keeps: (obs, state, reward, done, info)
             obs, state, reward, done, _ = out
             done = jnp.asarray(done, bool)
-        elif len(out) == 6:
+        elif n == 6:
             obs, state, reward, terminated, truncated, _ = out
             done = jnp.logical_or(jnp.asarray(terminated, bool), jnp.asarray(truncated, bool))
+        elif not real:  # your own object with gymnax's interface: its step is the mistake, not gymnax's version
+            raise ValueError(f"envs.make({name!r}): your object's step(key, state, action, params) returned "
+                             f"{f'{n} values' if n else 'one value, not a tuple'}; it must return (obs, state, "
+                             f"reward, done, info) or gymnax 1.x's (obs, state, reward, terminated, truncated, info)")
         else:  # gymnax<1: (obs, state, reward, done, info)
             raise RuntimeError(problem(BACKEND) or f"envs.make({name!r}): gymnax step returned {len(out)} values; "
                                f"agents.envs needs gymnax>=1.0.1 (obs, state, reward, terminated, truncated, info)")

@@ -69,20 +69,20 @@ def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_s
     reset(key) -> (state, obs); step(key, state, action) -> (state, obs, reward, done);
     policy(obs, key) -> action, or with `action_mask` (state -> (n,) bool legal actions)
     policy(obs, key, mask) -> a legal action. Rewards after the first `done` are not counted.
-    Step t's keys (env, policy) come from fold_in(key, t) inside the scan: no (max_steps, ...)
-    key array is held, whatever max_steps."""
+    Step t's keys (env, policy) come from fold_in(key, t) with the step counter t carried by
+    the scan (no xs): nothing of length max_steps is held, whatever max_steps."""
     k_reset, k_steps = jax.random.split(key)
     env_state, obs = reset(k_reset)
 
-    def body(carry, t):
-        env_state, obs, ret, alive = carry
+    def body(carry, _):
+        env_state, obs, ret, alive, t = carry
         k_env, k_act = jax.random.split(jax.random.fold_in(k_steps, t))
         action = policy(obs, k_act) if action_mask is None else policy(obs, k_act, action_mask(env_state))
         env_state, obs, r, d = step(k_env, env_state, action)
-        return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d), None
+        return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d, t + 1), None
 
-    carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True))
-    (_, _, ret, _), _ = jax.lax.scan(body, carry, jnp.arange(max_steps, dtype=jnp.int32))
+    carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True), jnp.zeros((), jnp.int32))
+    (_, _, ret, _, _), _ = jax.lax.scan(body, carry, None, length=max_steps)
     return ret
 
 

@@ -44,7 +44,7 @@ import optax
 import hcjax
 from agents import ppo
 from experiments import deps
-from experiments.benchmarks.timing import print_table, write_json_atomic
+from experiments.benchmarks.timing import check_json_out, print_table, write_json_atomic
 
 # Below this median ratio (reference seconds / hcjax seconds) the guard fails. Measured on the
 # 2-core CPU (docs/benchmarks.md#the-ppo-speed-guard): medians 0.78-0.86 healthy (load 0.8-2.7),
@@ -241,6 +241,10 @@ def main(argv=None) -> dict:
         parser.error("JAX_DISABLE_MOST_OPTIMIZATIONS is set: the guard measures the programs users run; unset it")
     if not 0 < args.min_ratio < 10:
         parser.error(f"--min-ratio must be a number in (0, 10), got {args.min_ratio}")
+    try:  # a folder or an unwritable place: before two minutes of measuring
+        check_json_out(args.out)
+    except ValueError as e:
+        parser.error(str(e))
     cases = [("Pendulum-v1", 1, "fixed")] if args.quick else \
         [(e, n, t) for e in args.envs for n in args.agents for t in args.tuners]
     iterations, rounds = (2, 7) if args.quick else (3, 9)

@@ -5,10 +5,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 
+from experiments.study.files import check_writable_dir
 from experiments.study.store import atomic_write_text
 
 
@@ -39,6 +41,14 @@ def time_calls(fn: Callable[..., Any], args_fn: Callable[[Any], tuple], repeats:
         if r >= warmup:
             times.append(time.perf_counter() - start)
     return times
+
+
+def check_json_out(path: str) -> None:
+    """ValueError naming `path` when a JSON file cannot be written there (a folder, or a folder
+    that cannot be made or written): checked before a benchmark measures anything."""
+    if Path(path).is_dir():
+        raise ValueError(f"--out {path} is a folder; give the name of a JSON file")
+    check_writable_dir(Path(path).resolve().parent, "--out's folder")
 
 
 def write_json_atomic(path: str, payload: Any) -> None:

@@ -29,6 +29,7 @@ from experiments.reporting.verdict import verdict as verdict_of
 from experiments.reporting.views import ALL, BASELINE, env_names, grouped, measured_nothing, study_scores
 from experiments.study import protocol
 from experiments.study.methods import label
+from experiments.study.plan import unit_timing
 from experiments.study.store import load_units, read_manifest
 
 VERDICTS = {"better": "better", "worse": "worse", "not significant": "not separated",
@@ -290,13 +291,18 @@ def paper_estimate(rates: list[dict], iterations: int = PAPER_ITERATIONS, frames
     return out
 
 
+def evaluation_interval(units) -> str:
+    """The units' iterations between evaluations ('20', or '20/100' where environments differ)."""
+    return "/".join(str(v) for v in sorted({unit_timing(u.meta["config"]).eval_every for u in units}))
+
+
 def settings_text(units) -> str:
     """The PPO and tuner settings of a study that set its cost per iteration, in words."""
     config = units[0].meta["config"]
     ppo = config["ppo"]
     buffers = sorted({int(u.meta["config"]["tuner"]["buffer"]) for u in units if "buffer" in u.meta["config"]["tuner"]})
     text = (f"{len(ppo['hidden_sizes'])}×{max(ppo['hidden_sizes'])} networks, {ppo['update_epochs']} epochs of "
-            f"{ppo['num_minibatches']} minibatches, an evaluation every {config['eval_every']} iterations")
+            f"{ppo['num_minibatches']} minibatches, an evaluation every {evaluation_interval(units)} iterations")
     return text + (f", GP buffers of {'/'.join(map(str, buffers))} points" if buffers else "")
 
 

@@ -131,10 +131,12 @@ def wall_seconds(u: UnitResult) -> np.ndarray:
     T = u.train_reward.shape[1]
     times = u.meta.get("segment_seconds")
     config = u.meta.get("config", {})
-    eval_every = config.get("eval_every")
+    own = config.get("schedule") or {}  # the environment's own schedule (experiments.study.plan.unit_timing)
+    eval_every = own.get("eval_every", config.get("eval_every"))
+    tune_every = own.get("tune_every", config.get("tune_every"))
     if not times or not isinstance(eval_every, int):
         return np.full(T, np.nan)
-    ready = config.get("tune_every") if is_population(u.meta["method"]) else None
+    ready = tune_every if is_population(u.meta["method"]) else None
     lengths = segments(T, eval_every, ready)
     if len(lengths) != len(times):  # recorded under another segmentation: not mapped to iterations
         return np.full(T, np.nan)

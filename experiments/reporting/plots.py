@@ -50,6 +50,7 @@ from experiments.reporting.views import (
     quartiles,
     study_scores,
 )
+from experiments.study import unfinished
 from experiments.study.files import safe_name
 from experiments.study.methods import color, label
 from experiments.study.protocol import REPLAY
@@ -399,7 +400,13 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
         raise ValueError(f"plot: no finished units in {store.units_dir}; run `hcjax run --out {out}` first")
     summary = ST.summarise(study_scores(units), baseline=BASELINE, reps=reps, seed=seed)
     summary["env_names"] = env_names(units)  # what each environment ran as, for the tables
-    judged = verdict(units, reps, seed) if has_test_seeds(units) else None
+    judged, waiting = None, ""
+    if has_test_seeds(units) or unfinished.testing(store.read_manifest()):
+        try:  # a verdict without some of its units: none, and the report says why
+            unfinished.check(store, units, "the verdict")
+            judged = verdict(units, reps, seed) if has_test_seeds(units) else None
+        except unfinished.Unfinished as e:
+            waiting = f"Not written: {e}\n"
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
     if judged is not None:
         paths["verdict_figure"] = figure_verdict(judged, out / "figures" / "verdict.png")
@@ -413,8 +420,8 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
     atomic_write_text(paths["aggregate_json"], tables.aggregate_json(summary), root=out)
     texts = {name: write(units, summary) for name, write in TABLES.items()}
     notes = tables.measurement_notes(units)  # first in the report: what the other tables leave out
-    texts = {**({"measured_nothing": notes} if notes else {}), **({"verdict": judged.markdown} if judged else {}),
-             **texts}
+    page = judged.markdown if judged else waiting
+    texts = {**({"measured_nothing": notes} if notes else {}), **({"verdict": page} if page else {}), **texts}
     for name, text in texts.items():
         paths[name] = out / "tables" / f"{name}.md"
         atomic_write_text(paths[name], text, root=out)

@@ -14,17 +14,21 @@ the test seeds). A run's score is its final evaluation (`views.final_eval`).
 
 Every figure is computed twice: on the test seeds (the claims) and on the tuning seeds (beside
 them, optimistic: the sweep chose its incumbent on those seeds; there the incumbent's runs are
-the sweep's rows of its configuration, `protocol.incumbent`). Per environment and over all
+the sweep's rows of its configurations, one per draw: `chosen_configurations`). Per environment and over all
 environments, for every online method M, with D = the default, I = the sweep's incumbent, P =
-a poor default:
+a poor default, M:P = M started from P (`protocol.started_from`):
 
     P(M > D), P(M > I)   `stats.probability_of_improvement`: the Mann-Whitney P(x > y) + 0.5
                          P(x = y) over pairs of runs, averaged over environments
     share of the sweep's gain   (mean M - mean D) / (mean I - mean D): 1 = as good as the
                          incumbent, 0 = no better than the default; undefined when the
-                         incumbent does not beat the default
-    recovery from P      (mean M - mean P) / (mean D - mean P): the part of the gap from the poor
-                         default to the default that M closes; undefined when P is not worse
+                         incumbent does not beat the default (I: the incumbents of every draw of
+                         the sweep, their runs pooled)
+    recovery from P      (mean M:P - mean P) / (mean D - mean P): the part of the gap from the poor
+                         default to the default that M closes when it starts at P; undefined when
+                         P is not worse. A study without M:P units gets instead
+    level from P         (mean M - mean P) / (mean D - mean P): where M's own runs (which never
+                         started at P) land between P and the default: not a recovery
     cost                 frames (and seconds, meta['run_seconds'] = one run) of one run of M
                          over the whole sweep's (its N x k runs)
 
@@ -41,7 +45,9 @@ is not positive have no share: if they are more than the interval's tail (2.5%) 
 is unbounded (the gain it is a share of is within the noise), else the interval is over the
 others. A stratum of one run cannot vary: such comparisons are 'not testable'. A unit whose
 evaluations all scored the same number (`views.measured_nothing`) measured nothing: its
-comparisons say 'not measured', and it is left out of the all-environment figures.
+comparisons say 'not measured', and it is left out of the all-environment figures. A unit whose
+final evaluations are all NaN (or infinite) is a failed measurement too: its comparisons say
+'evaluations all NaN', naming it (the default's, say), not 'no shared environment'.
 """
 from __future__ import annotations
 
@@ -52,23 +58,36 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.reporting import arlbench, headroom, verdict_text
 from experiments.reporting import stats as ST
-from experiments.reporting import verdict_text
 from experiments.reporting.tables import strict_json
 from experiments.reporting.verdict_text import (
+    ALL_NAN,
     BEATS_DEFAULT,
     BEATS_FRESH,
     BEATS_SWEEP,
     FRAMES,
+    LANDING,
     RECOVERY,
     SECONDS,
     SHARE,
 )
 from experiments.reporting.views import ALL, final_eval, measured_nothing
+from experiments.study import unfinished
 from experiments.study.files import atomic_write_text, check_writable_dir
 from experiments.study.methods import ALL_METHODS
-from experiments.study.protocol import POOR, REPLAY, SWEEP, TEST, TEST_PHASE, TUNING_PHASE, incumbent, kind
-from experiments.study.store import UnitResult, load_units
+from experiments.study.protocol import (
+    POOR,
+    REPLAY,
+    SWEEP,
+    TEST,
+    TEST_PHASE,
+    TUNING_PHASE,
+    draw_incumbents,
+    kind,
+    started_from,
+)
+from experiments.study.store import StudyDir, UnitResult, load_units
 from hcjax.extras import require
 
 DEFAULT = "fixed"  # the study's default configuration
@@ -94,14 +113,33 @@ Roles = dict  # role (a method without '@test'; 'sweep' = the incumbent's runs) 
 
 
 def is_online(role: str) -> bool:
-    """A tuned method (a tuner or a population method), not a reference or a replay."""
-    return role not in (DEFAULT, SWEEP) and not role.startswith((POOR, REPLAY))
+    """A tuned method (a tuner or a population method), not a reference, a replay or a run started
+    from a poor default (those measure the method's recovery)."""
+    return role not in (DEFAULT, SWEEP) and not role.startswith(REPLAY) and not started_from(role)
+
+
+def chosen_configurations(units: list[UnitResult]) -> dict[str, list[int]]:
+    """env -> the sweep's incumbents (configuration indices) that its test unit ran (`sweep@test`'s
+    meta), or, without one, each draw's best mean final evaluation (`protocol.draw_incumbents`)."""
+    out = {}
+    for u in units:
+        chosen = u.meta.get("incumbents") or ([u.meta["incumbent"]] if "incumbent" in u.meta else [])
+        if u.meta["method"] == SWEEP + TEST and chosen:
+            out[u.meta["env"]] = [int(c["configuration"]) for c in chosen]
+    for u in units:
+        if u.meta["method"] == SWEEP and u.meta["env"] not in out:
+            meta = u.meta["sweep"]
+            options = {"configurations": int(meta.get("per_draw", len(meta["configurations"]))),
+                       "seeds": int(meta["seeds"]), "repeats": int(meta.get("repeats", 1))}
+            out[u.meta["env"]] = draw_incumbents(final_eval(u), np.asarray(meta["configuration"]), options).tolist()
+    return out
 
 
 def roles(units: list[UnitResult], phase: str) -> Roles:
     """The strata of one phase by role: test units under their method without '@test'; on the
-    tuning seeds the role 'sweep' holds only the incumbent configuration's rows."""
+    tuning seeds the role 'sweep' holds only the rows of its incumbents (one per draw)."""
     out: dict[str, dict[str, Stratum]] = {}
+    chosen = chosen_configurations(units) if phase == TUNING_PHASE else {}
     for u in units:
         k = kind(u.meta["method"])
         if k.phase != phase:
@@ -109,7 +147,7 @@ def roles(units: list[UnitResult], phase: str) -> Roles:
         role, scores = (REPLAY if k.replay else "") + k.base, final_eval(u)
         if phase == TUNING_PHASE and role == SWEEP:
             rows = np.asarray(u.meta["sweep"]["configuration"])
-            scores = scores[rows == incumbent(scores, rows)]
+            scores = scores[np.isin(rows, chosen[u.meta["env"]])]
         out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores, measured_nothing(u))
     order = {m: i for i, m in enumerate(ALL_METHODS)}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0].removeprefix(REPLAY), len(order)),
@@ -144,18 +182,38 @@ def _seeds(side: dict, envs: list[str]) -> int:
     return min((ST.finite(side[e].scores).size for e in envs), default=0)
 
 
-def _not_measured(kind: str, side: dict, unmeasured: list[str], flags: list[str]) -> dict:
+def _not_measured(kind: str, sides: list[dict], envs: list[str], unmeasured: list[str], flags: list[str]) -> dict:
+    """The row of a comparison without a usable environment: 'not measured', ALL_NAN (a side's
+    evaluations hold no finite number, named in the note) or 'no shared environment'."""
+    empty = [] if unmeasured else _all_nan(sides, envs)
+    if empty:
+        return _row(kind, status=ALL_NAN, note="; ".join(empty))
     return _row(kind, status="not measured" if unmeasured else "no shared environment", envs=unmeasured,
-                seeds=_seeds(side, unmeasured), note="; ".join(flags))
+                seeds=_seeds(sides[0], unmeasured), note="; ".join(flags))
+
+
+def _all_nan(sides: list[dict], envs: list[str]) -> list[str]:
+    """'the default's evaluations are all NaN (fixed@test on A, B)' for each side whose runs have
+    no finite final evaluation in the environments of `envs` where it ran."""
+    out = []
+    for side in sides:
+        empty = [env for env in envs if env in side and not ST.finite(side[env].scores).size]
+        if empty:
+            name = side[empty[0]].name
+            role = (REPLAY if kind(name).replay else "") + kind(name).base
+            whose = "the default" if role == DEFAULT else verdict_text.method_label(role)
+            out.append(f"{whose}'s evaluations are all NaN ({name} on {', '.join(empty)})")
+    return out
 
 
 def probability(a: dict, b: dict, envs: list[str], reps: int, seed: int, confidence: float) -> dict:
     """P(A > B) over `envs` (env -> Stratum each), with its interval and status: 'better'
     (interval above 0.5), 'worse', 'not separated', 'not testable' (a stratum of one run),
-    'not measured' (no environment where both measured something)."""
+    'not measured' (no environment where both measured something), 'evaluations all NaN' (a
+    side's final evaluations hold no finite number: the note names it)."""
     used, unmeasured, flags = _scope([a, b], envs)
     if not used:
-        return _not_measured("probability", a, unmeasured, flags)
+        return _not_measured("probability", [a, b], envs, unmeasured, flags)
     names = (a[used[0]].name, b[used[0]].name)
     r = ST.probability_of_improvement({e: a[e].scores for e in used}, {e: b[e].scores for e in used}, names, reps,
                                       seed, confidence)
@@ -188,7 +246,7 @@ def share(m: dict, low: dict, high: dict, normalised: dict, envs: list[str], rep
     (a stratum of one run) or 'not measured'."""
     used, unmeasured, flags = _scope([m, low, high], envs)
     if not used:
-        return _not_measured("share", m, unmeasured, flags)
+        return _not_measured("share", [m, low, high], envs, unmeasured, flags)
     (pm, bm), (pl, bl), (ph, bh) = (_means(s, normalised[s[used[0]].name], used, reps, seed) for s in (m, low, high))
     note = _left_out(unmeasured, flags)
     if not ph > pl:
@@ -208,7 +266,7 @@ def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """(method, comparison, statistic ('probability' | 'share'), roles compared) of one phase, in
     the table's order."""
     out = []
-    poor = [p for p in r if p.startswith(POOR)]
+    poor = [p for p in r if p.startswith(POOR)]  # the poor defaults themselves
     for m in [m for m in r if is_online(m)]:
         if DEFAULT in r:
             out.append((m, BEATS_DEFAULT, "probability", (m, DEFAULT)))
@@ -216,8 +274,10 @@ def comparisons(r: Roles) -> list[tuple[str, str, str, tuple[str, ...]]]:
             out.append((m, BEATS_SWEEP, "probability", (m, SWEEP)))
         if DEFAULT in r and SWEEP in r:
             out.append((m, SHARE, "share", (m, DEFAULT, SWEEP)))
-        if DEFAULT in r:
-            out += [(m, RECOVERY + p.removeprefix(POOR), "share", (m, p, DEFAULT)) for p in poor]
+        if DEFAULT in r:  # from the runs started at P; without them, where the method's own runs land
+            out += [(m, RECOVERY + p.removeprefix(POOR), "share", (started, p, DEFAULT)) if started in r else
+                    (m, LANDING + p.removeprefix(POOR), "share", (m, p, DEFAULT))
+                    for p in poor for started in [m + ":" + p.removeprefix(POOR)]]
         if REPLAY + m in r:
             if DEFAULT in r:
                 out.append((REPLAY + m, BEATS_DEFAULT, "probability", (REPLAY + m, DEFAULT)))
@@ -291,12 +351,17 @@ class Verdict:
     low, high, status, envs, seeds (the method's fewest runs in an environment), note;
     sentences: method -> one plain sentence (test seeds, all environments); flags: 'env /
     method' -> `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's
-    size ({'configurations': N, 'seeds': k}, {} without a sweep)."""
+    size ({'configurations': N, 'seeds': k, 'repeats': R}, {} without a sweep); headroom: env ->
+    `headroom.Headroom` (from the tuning seeds: is there anything above the default to find?);
+    beside: env -> the rows of the table beside ARLBench's released runs (`arlbench.side_by_side`)."""
 
     rows: list[dict]
     sentences: dict[str, str]
     flags: dict[str, str]
     sweep: dict
+    headroom: dict = dataclasses.field(default_factory=dict)
+    beside: dict = dataclasses.field(default_factory=dict)
+    budgets: dict = dataclasses.field(default_factory=dict)
 
     @property
     def markdown(self) -> str:
@@ -304,12 +369,18 @@ class Verdict:
         return self.text(level=3)
 
     def text(self, level: int = 3) -> str:
-        """The Markdown with its headings at `level` (3: ###)."""
-        return verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level)
+        """The Markdown with its headings at `level` (3: ###): the headroom first, then the verdict."""
+        rooms = headroom.markdown(self.headroom, f"{'#' * level} Headroom (tuning seeds, before any test seed)")
+        beside = arlbench.markdown(self.beside, f"{'#' * level} Beside ARLBench's released runs", self.budgets)
+        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level) + beside
 
     def json(self) -> str:
         """Everything as strict JSON (NaN and infinities as null)."""
-        data = {"rows": self.rows, "sentences": self.sentences, "flags": self.flags, "sweep": self.sweep}
+        data = {"rows": self.rows, "sentences": self.sentences, "flags": self.flags, "sweep": self.sweep,
+                "headroom": {env: dict(dataclasses.asdict(r), share=r.share, ceiling=r.ceiling)
+                             for env, r in self.headroom.items()},
+                "beside_arlbench": {env: [dict(zip(arlbench.HEADER, row)) for row in rows]
+                                    for env, rows in self.beside.items()}}
         return json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n"
 
     @property
@@ -330,30 +401,37 @@ def has_test_seeds(units: list[UnitResult]) -> bool:
 
 
 def sweep_size(units: list[UnitResult]) -> dict:
-    """{'configurations': N, 'seeds': k} of the study's sweep (its tuning unit), {} without one."""
+    """{'configurations': N, 'seeds': k, 'repeats': R} of the study's sweep (its tuning unit; N per
+    draw), {} without one."""
     for u in units:
         if u.meta["method"] == SWEEP:
-            return {"configurations": len(u.meta["sweep"]["configurations"]), "seeds": int(u.meta["sweep"]["seeds"])}
+            meta = u.meta["sweep"]
+            return {"configurations": int(meta.get("per_draw", len(meta["configurations"]))),
+                    "seeds": int(meta["seeds"]), "repeats": int(meta.get("repeats", 1))}
     return {}
 
 
 def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, seed: int = 0,
             confidence: float = ST.CONFIDENCE, json_path: str | os.PathLike | None = None) -> Verdict:
     """The verdict of a study directory (or of its units); json_path: also write `Verdict.json()`
-    there (atomically). ValueError before any work when the study has no test-phase units
+    there (atomically). ValueError before any work when the study directory lacks units its
+    manifest names (`experiments.study.unfinished.Unfinished`), the study has no test-phase units
     (NoTestSeeds) or json_path cannot be written."""
     if json_path is not None:
         if Path(json_path).is_dir():
             raise ValueError(f"the JSON file {json_path} is a folder; give the name of a file")
         check_writable_dir(Path(json_path).resolve().parent, "the JSON file's folder")
     units = load_units(source) if isinstance(source, (str, os.PathLike)) else list(source)
+    if isinstance(source, (str, os.PathLike)):
+        unfinished.check(StudyDir(source), units)  # units missing: say which, not a verdict without them
     if not has_test_seeds(units):
         raise NoTestSeeds("this study has no test seeds: run it with test_seeds (a count or a list of seed ids, "
                           "disjoint from the tuning seeds) to get a verdict on seeds the tuning never saw")
     rows = [row for phase in PHASES for row in phase_rows(units, phase, reps, seed, confidence)]
     flags = {f"{u.meta['env']} / {u.meta['method']}": measured_nothing(u) for u in units if measured_nothing(u)}
     sweep = sweep_size(units)
-    result = Verdict(rows, verdict_text.sentences(rows, sweep), flags, sweep)
+    result = Verdict(rows, verdict_text.sentences(rows, sweep), flags, sweep, headroom.headroom(units))
+    result = dataclasses.replace(result, beside=arlbench.side_by_side(units, result), budgets=arlbench.budgets(units))
     if json_path is not None:
         atomic_write_text(json_path, result.json())
     return result

@@ -9,12 +9,16 @@ from experiments.reporting.views import ALL
 from experiments.study.methods import label
 from experiments.study.protocol import POOR, REPLAY, SWEEP
 
-# The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name.
+# The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name (from the
+# method's runs started there), LANDING + its name where the study has no such runs.
 BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)", "P(> fresh runs)"
 SHARE, RECOVERY, FRAMES, SECONDS = "share of the sweep's gain", "recovery from ", "frames / sweep", "seconds / sweep"
+LANDING = "level from "
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
             "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
+ALL_NAN = "evaluations all NaN"  # a side's evaluations: none finite where it was compared
+NO_NUMBER = ("not measured", "no shared environment", ALL_NAN)  # statuses of rows without a number
 WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from",
          "not testable": "not testable (one run) against"}
 
@@ -47,7 +51,7 @@ def fraction(x: float) -> str:
 def share_text(row: dict) -> str:
     """'48% [30%, 65%]', 'within the noise' (unbounded: its denominator, the gain or the gap, is
     within the noise), or the reason there is no number."""
-    if row["status"] in ("not measured", "no shared environment", "undefined"):
+    if row["status"] in NO_NUMBER + ("undefined",):
         return row["status"]
     if row["status"] == "unbounded":  # its denominator is within the noise: a point estimate would mean nothing
         return "within the noise"
@@ -63,7 +67,7 @@ def cell(row: dict | None) -> str:
         return fraction(row["estimate"])
     if row["kind"] == "share":
         return share_text(row)
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return row["status"]
     mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row["status"])
     return f"{probability_text(row['estimate'], (row['low'], row['high']))} {mark}"
@@ -71,7 +75,7 @@ def cell(row: dict | None) -> str:
 
 def _against(row: dict, what: str) -> str:
     """'better than the default, 0.62 [0.55, 0.70]' or 'not measured against the default (...)'."""
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"{row['status']} against {what}" + (f" ({row['note']})" if row["note"] else "")
     return f"{WORDS[row['status']]} {what}, {probability_text(row['estimate'], (row['low'], row['high']))}"
 
@@ -84,7 +88,7 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
     if row["status"] == "undefined":
         return "the sweep's incumbent does not beat the default, so there is no gain to recover" + (
             f" (one run costs {of_sweep})" if cost else "")
-    if row["status"] in ("not measured", "no shared environment"):
+    if row["status"] in NO_NUMBER:
         return f"its share of the sweep's gain is {row['status']}"
     if row["status"] == "unbounded":
         return "the sweep's gain over the default is within the noise, so there is no share of it to recover" + (
@@ -92,14 +96,20 @@ def _gain(row: dict, sweep: dict, costs: dict) -> str:
     return f"recovers {share_text(row)} of {of}" + (f" at {cost}" if cost else "")
 
 
-def _recovery(row: dict, poor: str) -> str:
+def _recovery(row: dict, poor: str, started: bool = True) -> str:
+    """The recovery from poor default `poor` in words; started False: the method never started
+    there (LANDING), so its number says where its own runs land, not what it recovers."""
+    what = "recovery" if started else "level"
     if row["status"] == "undefined":
         return f"the poor default {poor} is not worse than the default (nothing to recover)"
-    if row["status"] in ("not measured", "no shared environment"):
-        return f"its recovery from the poor default {poor} is {row['status']}"
+    if row["status"] in NO_NUMBER:
+        return f"its {what} from the poor default {poor} is {row['status']}"
     if row["status"] == "unbounded":
-        return f"the gap from the poor default {poor} to the default is within the noise (no recovery to measure)"
-    return f"recovers {share_text(row)} of the gap from the poor default {poor} to the default"
+        return f"the gap from the poor default {poor} to the default is within the noise (no {what} to measure)"
+    if not started:
+        return (f"its own runs land {share_text(row)} of the way from the poor default {poor} to the default (not a "
+                f"recovery: it never started at {poor})")
+    return f"started at the poor default {poor}, recovers {share_text(row)} of the gap from it to the default"
 
 
 def _cost(rows: dict, whose: str = "its") -> str:
@@ -136,6 +146,8 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
         if SHARE in mine:
             parts.append(_gain(mine[SHARE], sweep, mine))
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
+        parts += [_recovery(r, c.removeprefix(LANDING), started=False) for c, r in mine.items()
+                  if c.startswith(LANDING)]
         seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
             else method_label(method)
@@ -145,8 +157,9 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
 
 def column(comparison: str) -> int:
     """A comparison's place among the table's columns."""
-    order = (BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH, SHARE, RECOVERY, FRAMES, SECONDS)
-    return order.index(RECOVERY if comparison.startswith(RECOVERY) else comparison)
+    order = (BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH, SHARE, RECOVERY, LANDING, FRAMES, SECONDS)
+    prefix = next((p for p in (RECOVERY, LANDING) if comparison.startswith(p)), comparison)
+    return order.index(prefix)
 
 
 def phase_tables(rows: list[dict], phase: str) -> str:
@@ -172,13 +185,16 @@ def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str]
     """The verdict page: the sentences, the test-seed tables, the tuning-seed tables, the flags,
     under headings of `level` (3: ###)."""
     hashes = "#" * level
-    n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds" if sweep else "no sweep"
+    draws = f" in each of {sweep['repeats']} draws" if sweep.get("repeats", 1) > 1 else ""
+    n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds{draws}" if sweep else "no sweep"
     text = "".join(f"- {s}\n" for s in sentences_.values()) + "\n"
     text += (f"Cells: P(> X) [95% CI], the probability that a run of the method ends above a run of X (ties "
              f"count 1/2), **better** / **worse** where the interval excludes 0.5; share of the sweep's gain "
              f"({n}): (method - default) / (incumbent - default) of mean final evaluations, 100% = as good as "
-             f"the sweep's incumbent; recovery from a poor default: (method - poor) / (default - poor); cost: "
-             f"one run over the whole sweep. Stratified bootstrap over seeds. How to read it: {DOCS}.\n\n")
+             f"the sweep's incumbent; recovery from a poor default: (method started at poor - poor) / (default - "
+             f"poor); level from a poor default (a study whose methods never started there): (method - poor) / "
+             f"(default - poor), where its own runs land; cost: one run over the whole sweep. Stratified bootstrap "
+             f"over seeds. How to read it: {DOCS}.\n\n")
     for phase in ("test", "tuning"):
         text += f"{hashes} {HEADINGS[phase]}\n\n" + phase_tables(rows, phase)
     if flags:

@@ -35,7 +35,7 @@ from experiments.reporting.views import ran_as
 from experiments.study import build, engine, estimate, own_envs, presets, processes, studyfile
 from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
-from experiments.study.checks import check
+from experiments.study.checks import check, study_warnings
 from experiments.study.plan import Plan, Preset, unit_keys
 from experiments.study.store import StudyBusy, StudyDir
 
@@ -297,13 +297,17 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s)" if p.poor_defaults else "",
+        started = f" ({len(p.start_from_poor)} method(s) also started from each)" if p.start_from_poor else ""
+        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s){started}" if p.poor_defaults else "",
                             f", every one again on {len(plan.test_ids)} test seed(s)" if plan.test_ids else ""])
         self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s){protocol} x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
-            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+            own = plan.timing(e)
+            schedule = f"; its own schedule: {own.iterations} iterations, a decision every {own.tune_every}, an " \
+                f"evaluation every {own.eval_every}" if e.schedule else ""
+            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})") + schedule)
         finished = self.finished or set()
         done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
         guess = estimate.estimate(plan, finished=finished, done=done)
@@ -311,6 +315,8 @@ class StudyRun:
             groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
             self.log(f"  resuming: {groups}")
         self.log(guess.describe())
+        for warning in study_warnings(plan):
+            self.log(f"warning: {warning}")
         failures: list[engine.UnitFailure] = []
         try:
             engine.run(plan, store, self.keys, self.finished, progress=self.progress, log=self.log,
@@ -350,10 +356,11 @@ class StudyRun:
 def probe_environments(plan: Plan) -> None:
     """Run every environment of the plan that `build.measured` names for a few steps
     (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
-    `done` (`agents.envs.check_auto_reset`: ValueError naming the fix)."""
+    `done`, returns NaN or infinity, or has states where its action mask allows no action
+    (`agents.envs.check_probe`: ValueError naming the environment and the fix)."""
     for env in plan.envs:
         if build.measured(env):
-            agent_envs.check_auto_reset(build.probe(plan, env))
+            agent_envs.check_probe(build.probe(plan, env))
 
 
 def check_environments(plan: Plan) -> None:

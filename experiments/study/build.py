@@ -29,12 +29,13 @@ def _registry_environment(name: str):
     return envs.make(name)
 
 
-def make_method(plan: Plan, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB):
+def make_method(plan: Plan, method: str, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+                env: EnvChoice | None = None):
     """The Tuner or Population of a unit's `method` (its base's, `protocol.kind`; a poor default
-    is `fixed` at its values) with this study's options."""
+    is `fixed` at its values) with this study's options on `env` (`tuner_options`)."""
     name = protocol.tuner_method(protocol.kind(method).base)
     make = make_population if methods.is_population(name) else make_tuner
-    return make(name, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method))
+    return make(name, plan.space, memory_limit_gib=memory_limit_gib, **tuner_options(plan, method, env))
 
 
 def measured(env: EnvChoice) -> bool:

@@ -47,9 +47,10 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
     if unknown:
         raise ValueError(f"study {plan.preset.name!r}: tuner options for unknown method(s) {unknown}; "
                          f"methods: {', '.join(ALL_METHODS)}")
-    tuners = {m: make_method(plan, m, memory_limit_gib)
-              for m in dict.fromkeys(list(plan.methods) + list(plan.preset.tuner))
-              if not (reads_results(m) or protocol.kind(m).base == protocol.SWEEP)}
+    made = [m for m in dict.fromkeys(list(plan.methods) + list(plan.preset.tuner))
+            if not (reads_results(m) or protocol.kind(m).base == protocol.SWEEP)]
+    # per environment: a method's options follow its schedule (HyperBand's budget: its decisions)
+    tuners = {(env.label, m): make_method(plan, m, memory_limit_gib, env) for env in plan.envs for m in made}
     populations = [m for m in plan.preset.methods if is_population(m)]
     if populations:
         host = [e.label for e in plan.envs if e.path == "gymnasium"]
@@ -64,22 +65,33 @@ def check(plan: Plan, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Non
         config = configs[env.label]
         base, evaluation = agent_bytes(config, env, space), evaluation_bytes(config, env)
         agents = sum(len(unit_seeds(plan, m)) for m in methods)
+        iterations = plan.timing(env).iterations
         if is_population(methods[0]):
-            tuner_bytes = tuners[methods[0]].memory_bytes(agents) / agents
-        elif methods[0] in tuners:  # a fused agent holds every method's state (a method's test units: the same)
-            tuner_bytes = sum(tuners[m].memory_bytes for m in {protocol.kind(m).base: m for m in methods}.values())
+            tuner_bytes = tuners[(env.label, methods[0])].memory_bytes(agents) / agents
+        elif (env.label, methods[0]) in tuners:  # a fused agent holds every method's state (its test units: the same)
+            tuner_bytes = sum(tuners[(env.label, m)].memory_bytes
+                              for m in {protocol.kind(m).base: m for m in methods}.values())
         else:  # a schedule: its table is shared by the agents, each holds two counters
-            tuner_bytes = 4 * plan.preset.iterations * space.h * len(methods) * plan.preset.seeds / agents
+            tuner_bytes = 4 * iterations * space.h * len(methods) * plan.preset.seeds / agents
         total = agents * (base + tuner_bytes + evaluation)
         if total > memory_limit_gib * 2**30:
             raise ValueError(
                 f"unit {env.label} / {'+'.join(methods)}: estimated {total / 2**30:.3g} GiB ({agents} "
                 f"agents x {(base + tuner_bytes) / 2**20:.3g} MiB: networks, optimiser, environments, "
-                f"trajectory of the largest batch, {plan.preset.iterations} iterations of metrics, the tuner; "
+                f"trajectory of the largest batch, {iterations} iterations of metrics, the tuner; "
                 f"and x {evaluation / 2**20:.3g} MiB: the evaluation, eval_episodes = {config.eval_episodes} "
                 f"episodes at once) exceeds the memory limit of {memory_limit_gib:g} GiB; lower seeds, "
                 f"iterations, num_envs, the batch size, hidden_sizes, eval_episodes or the tuner's options, or "
                 f"raise --memory-limit-gib")
+
+
+def study_warnings(plan: Plan) -> list[str]:
+    """What a study may run but cannot conclude (said before the work, `StudyRun.execute`): one
+    test seed makes every comparison on the test seeds 'not testable' (a stratum of one run)."""
+    if len(plan.test_ids) == 1:
+        return ["test_seeds gives one test seed: every comparison of the verdict on the test seeds will be 'not "
+                "testable' (one run cannot vary); give at least 2 (a count, or a list of seed ids)"]
+    return []
 
 
 def agent_bytes(config, env: EnvChoice, space) -> int:
@@ -95,7 +107,9 @@ def evaluation_bytes(config, env: EnvChoice) -> int:
     """Estimated bytes of one agent's evaluation: its config.eval_episodes episodes run at once
     (vmapped), each holding its environment state and observation (shapes from jax.eval_shape
     of the reset), the policy's activations and the carried scalars, times WORKSPACE_FACTOR.
-    Nothing scales with eval_steps (each step's keys are drawn inside the scan). A host
+    Nothing scales with eval_steps (the step counter is carried by the scan and each step's keys
+    drawn from it: XLA's memory analysis of the compiled evaluation is the same at eval_steps
+    10**3 and 10**6, tests/test_reliability_round5_leftovers.py). A host
     environment's episodes run one after another on the host: its observation only."""
     episode = _episode_bytes(env.make, tuple(config.hidden_sizes))
     return WORKSPACE_FACTOR * config.eval_episodes * episode

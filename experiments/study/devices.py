@@ -47,6 +47,21 @@ def check_seed_count(field: str, n: int) -> int:
     return n
 
 
+# The runs of one unit (seeds, test_seeds, or the sweep's configurations x seeds) are the agents of one
+# program, held in memory together: a count beyond this is refused before any id is made (a list of 10**9
+# ids alone took 20 GB), whatever the memory check would say of it.
+MAX_RUNS = 2**20
+
+
+def check_run_count(field: str, n: int, what: str = "") -> int:
+    """ValueError naming `field` (`what`: how its count is made) when `n` runs of one unit exceed
+    MAX_RUNS; checked before any seed id or configuration is made."""
+    if n > MAX_RUNS:
+        raise ValueError(f"{field}{what} must be at most {MAX_RUNS} (2**20): the runs of one unit are the agents of "
+                         f"one program, held in memory together; got {n}")
+    return n
+
+
 def padded_count(n_seeds: int, n_devices: int) -> int:
     """Agents actually run: n_seeds rounded up to a multiple of n_devices."""
     return -(-n_seeds // n_devices) * n_devices

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from experiments import deps
+from experiments.reporting import headroom
 from experiments.reporting.views import final_eval
 from experiments.study import interrupts, protocol
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
@@ -34,6 +35,7 @@ from experiments.study.loops import run_host_unit, run_jax_unit
 from experiments.study.plan import (
     EnvChoice,
     Plan,
+    default_values,
     merge_configs,
     reads_results,
     source_method,
@@ -70,30 +72,30 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     program. keys: method -> the unit's config key. tensorboard: a directory for live scalars
     (`experiments.study.tensorboard`), or None; warn: receives its one message if it fails
     (live logging then stops, the units go on)."""
-    p = plan.preset
+    p, timing = plan.preset, plan.timing(env)
     t0 = time.perf_counter()
     rows = [unit_seeds(plan, m) for m in methods]
     schedules, which, replayed = None, None, {}
     if reads_results(methods[0]):
         if source is None:
             raise ValueError(f"{env.label} / {'+'.join(methods)}: replayed units need their source units")
-        schedules, which, replayed = replay_rows(plan, methods, source)
+        schedules, which, replayed = replay_rows(plan, env, methods, source)
     kept = unit_programs(plan, env, methods, memory_limit_gib, schedules)  # a rerun compiles nothing
     environment, learner, tuners, population = kept.environment, kept.learner, kept.tuners, kept.population
-    if methods == [protocol.SWEEP]:
-        which = np.repeat(np.arange(tuner_options(plan, protocol.SWEEP)["configurations"]), len(rows[0]) //
-                          tuner_options(plan, protocol.SWEEP)["configurations"])
+    if methods == [protocol.SWEEP]:  # row r runs configuration r // k
+        R, N, k = protocol.sweep_shape(tuner_options(plan, protocol.SWEEP))
+        which = np.repeat(np.arange(R * N), k)
     elif kept.branches is not None:
         which = np.concatenate([np.full(len(r), b) for r, b in zip(rows, kept.branches)])
     ids = np.concatenate(rows)
     n_real = len(ids)
     on_record = (lambda record: None) if tensorboard is None else \
-        UnitGroupScalars(tensorboard, env.label, methods, [len(r) for r in rows], plan.space, p.iterations, warn)
+        UnitGroupScalars(tensorboard, env.label, methods, [len(r) for r in rows], plan.space, timing.iterations, warn)
     if environment.host:
         if len(methods) > 1:
             raise ValueError(f"{env.label}: methods are fused only on JAX environments, not on the host path")
         n_dev = 1
-        out = run_host_unit(learner, learner.tuner, ids, p.eval_every, on_segment, checkpoint=checkpoint,
+        out = run_host_unit(learner, learner.tuner, ids, timing.eval_every, on_segment, checkpoint=checkpoint,
                             on_record=on_record)
     else:
         n_dev = len(jax.devices())
@@ -101,7 +103,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - n_real)])
         if which is not None:
             which = np.concatenate([which, np.zeros(n - n_real, np.int64)]).astype(np.int32)
-        out = run_jax_unit(learner, ids, p.iterations, p.eval_every, on_segment, fast_compile=p.fast_compile,
+        out = run_jax_unit(learner, ids, timing.iterations, timing.eval_every, on_segment, fast_compile=p.fast_compile,
                            checkpoint=checkpoint, which=which, population=population, on_record=on_record,
                            program=kept.program, shared=evaluation_programs(plan, env, environment))
     if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
@@ -117,14 +119,14 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
             return np.asarray(out[name][part], dtype)  # noqa: B023 - called within the iteration
 
         if sub is None:  # a schedule decides nothing
-            tuner_time = np.zeros(p.iterations)
+            tuner_time = np.zeros(timing.iterations)
         elif population is None:
-            tuner_time = measure_tuner_time(sub, cut("objective", np.float32), p.tune_every,
+            tuner_time = measure_tuner_time(sub, cut("objective", np.float32), timing.tune_every,
                                             program=tuner_programs(plan, protocol.kind(method).base,
-                                                                   memory_limit_gib))
+                                                                   memory_limit_gib, env))
         else:
             tuner_time = measure_population_time(sub, out["lineage_iteration"], out["lineage_objective"],
-                                                 p.iterations, program=kept.program)
+                                                 timing.iterations, program=kept.program)
         meta = dict(env=env.label, method=method, make=env.make, path=env.path, config_key=keys[method],
                     config=unit_config(plan, env, method), hparam_names=list(plan.space.names),
                     phase=protocol.kind(method).phase, fast_compile=bool(p.fast_compile), n_agents=int(len(ids)),
@@ -152,32 +154,48 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     return results
 
 
-def replay_rows(plan: Plan, methods: list[str], source: Callable[[str], UnitResult]) \
+def replay_rows(plan: Plan, env: EnvChoice, methods: list[str], source: Callable[[str], UnitResult]) \
         -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
     """The schedules of a group of `reads_results` units: (table (R, T, h) tuner values, row
-    (n,) int of every agent of the group, {method: what it replays}). The sweep's incumbent
-    (`protocol.incumbent`) is one constant row; a replay's agent j runs row j mod S of its
-    source's S schedules (`experiments.study.schedules`)."""
-    T, tables, rows, replayed, start = plan.preset.iterations, [], [], {}, 0
+    (n,) int of every agent of the group, {method: what it replays}). The sweep's incumbents
+    (`incumbents`) are constant rows, agent j running incumbent j // n_test; a replay's agent j
+    runs row j mod S of its source's S schedules (`experiments.study.schedules`)."""
+    T, tables, rows, replayed, start = plan.timing(env).iterations, [], [], {}, 0
     for method in methods:
         src = source(source_method(method))
         n = len(unit_seeds(plan, method))
         if protocol.kind(method).base == protocol.SWEEP:
-            configurations = np.asarray(src.meta["sweep"]["configurations"], np.float32)
-            best = protocol.incumbent(final_eval(src), np.asarray(src.meta["sweep"]["configuration"]))
-            table = np.broadcast_to(configurations[best], (1, T, plan.space.h))
-            replayed[method] = dict(incumbent=dict(
-                configuration=int(best), values=configurations[best].tolist(),
-                hyperparameters=plan.space.names_to_values(configurations[best]),
-                tuning_mean=float(protocol.configuration_means(final_eval(src),
-                                                               np.asarray(src.meta["sweep"]["configuration"]))[best])))
+            chosen = incumbents(plan, src)
+            table = np.broadcast_to(np.asarray([c["values"] for c in chosen], np.float32)[:, None],
+                                    (len(chosen), T, plan.space.h))
+            replayed[method] = dict(incumbent=chosen[0], incumbents=chosen)
+            rows.append(start + np.arange(n) // len(plan.test_ids))
         else:
             table = np.asarray(src.hparams, np.float32)
             replayed[method] = dict(source=dict(unit=src.meta["method"], config_key=src.meta.get("config_key")))
+            rows.append(start + np.arange(n) % len(table))
         tables.append(table)
-        rows.append(start + np.arange(n) % len(table))
         start += len(table)
     return np.concatenate(tables), np.concatenate(rows), replayed
+
+
+def incumbents(plan: Plan, sweep: UnitResult) -> list[dict]:
+    """Each draw's incumbent of a finished sweep unit (`protocol.draw_incumbents`: ties broken by
+    the mean evaluation over the run, then by the distance to the study's default in the space's
+    [0, 1] units): its configuration index, tuner values, hyperparameters and tuning-seed mean."""
+    meta = sweep.meta["sweep"]
+    configurations = np.asarray(meta["configurations"], np.float32)
+    rows, final = np.asarray(meta["configuration"]), final_eval(sweep)
+    space = plan.space
+    distance = np.abs(np.asarray(space.encode(configurations)) - np.asarray(space.encode(default_values(plan))))
+    options = {"configurations": int(meta.get("per_draw", len(configurations))), "seeds": int(meta["seeds"]),
+               "repeats": int(meta.get("repeats", 1))}
+    chosen = protocol.draw_incumbents(final, rows, options, np.asarray(sweep.eval_reward, np.float64),
+                                      distance.sum(axis=1))
+    means = protocol.configuration_means(final, rows)
+    return [dict(configuration=int(c), values=configurations[c].tolist(),
+                 hyperparameters=space.names_to_values(configurations[c]), tuning_mean=float(means[c]))
+            for c in chosen]
 
 
 def protocol_meta(plan: Plan, method: str, replayed: dict[str, dict]) -> dict:
@@ -187,14 +205,14 @@ def protocol_meta(plan: Plan, method: str, replayed: dict[str, dict]) -> dict:
     base = protocol.kind(method).base
     if method == protocol.SWEEP:
         options = tuner_options(plan, method)
-        configurations = protocol.sweep_configurations(plan.space, options)
-        return dict(sweep=dict(configurations=configurations.tolist(), seeds=options["seeds"],
-                               configuration=np.repeat(np.arange(options["configurations"]),
-                                                       options["seeds"]).tolist()),
-                    runs=int(options["configurations"] * options["seeds"]))
-    if base.startswith(protocol.POOR):
-        name = base[len(protocol.POOR):]
-        return dict(poor_default=dict(name=name, values=dict(plan.preset.poor_defaults[name])))
+        R, N, k = protocol.sweep_shape(options)
+        configurations = protocol.sweep_configurations(plan.space, options, default_values(plan))
+        return dict(sweep=dict(configurations=configurations.tolist(), seeds=k, repeats=R, per_draw=N,
+                               default=bool(options.get("default", False)),
+                               configuration=np.repeat(np.arange(R * N), k).tolist()), runs=int(R * N * k))
+    start = protocol.started_from(base)
+    if start:
+        return dict(poor_default=dict(name=start[1], values=dict(plan.preset.poor_defaults[start[1]])))
     return dict(replayed.get(method, {}))
 
 
@@ -278,9 +296,13 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                              f"replay it wait for it; run the study again")
         return load_unit(path)
 
+    announced: set[str] = set()  # environments whose headroom was told
     with Progress(len(plan.units), "units", "unit", enabled=progress, position=0) as bar:
         for env, methods in unit_groups(plan):
             interrupts.check()  # a stop whose exception was dropped (experiments.study.interrupts)
+            if protocol.kind(methods[0]).phase == protocol.TEST_PHASE and env.label not in announced:
+                announced.add(env.label)
+                tell_headroom(plan, env, functools.partial(source, env.label), log)
             pending = []
             for method in methods:
                 unit = (env.label, method)
@@ -296,7 +318,7 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
             group_key = config_key([keys[(env.label, m)] for m in pending])
             checkpoint = _Tracked(store, env.label, "+".join(pending), group_key, log, write=writer)
             try:
-                with Progress(plan.preset.iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress,
+                with Progress(plan.timing(env).iterations, f"{env.label}/{'+'.join(pending)}", enabled=progress,
                               position=1, leave=False) as inner:
                     def on_segment(k, inner=inner):
                         interrupts.check()
@@ -323,6 +345,22 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                 bar.update(1, note=f"{env.label} / {result.meta['method']}")
             checkpoint.remove()
     return paths
+
+
+def tell_headroom(plan: Plan, env: EnvChoice, source: Callable[[str], UnitResult], log: Callable[[str], None]) -> None:
+    """Log `env`'s headroom (`experiments.reporting.headroom`) from its finished tuning units
+    `sweep` and `fixed`, before its test seeds run; nothing when the study has no sweep or a unit
+    is missing (it failed: the verdict says so)."""
+    if protocol.SWEEP not in plan.preset.methods:
+        return
+    try:
+        sweep = source(protocol.SWEEP)
+        fixed = source("fixed") if "fixed" in plan.preset.methods else None
+    except ValueError:
+        return
+    room = headroom.of_env(env.label, sweep, fixed)
+    if room is not None:
+        log(f"headroom (tuning seeds, before any test seed runs): {headroom.sentence(room)}")
 
 
 def _failed(failure: UnitFailure, store: StudyDir, checkpoint: _Tracked, log: Callable[[str], None],

@@ -144,8 +144,9 @@ def group_seconds(plan: Plan, env, methods: list[str], speed: float = 1.0, done:
         evaluation = agents * config.eval_episodes * config.eval_steps * (ENV_SECONDS.get(env.path, 0.0) + net) + \
             config.eval_steps * STEP_SECONDS
     iteration += config.update_epochs * config.minibatches(frames) * UPDATE_SECONDS
-    left = max(p.iterations - done, 0)
-    evaluations = left // p.eval_every + 1
+    timing = plan.timing(env)
+    left = max(timing.iterations - done, 0)
+    evaluations = left // timing.eval_every + 1
     return agents * left * frames, compile_seconds + left * iteration + evaluations * evaluation
 
 

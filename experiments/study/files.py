@@ -27,6 +27,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -143,6 +144,46 @@ def append_text(path: str | os.PathLike, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
     with naming(path), os.fdopen(fd, "a") as f:
         f.write(text)
+
+
+KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of `mode` (st_mode) is when it is not a regular file ('a FIFO', ...), else None."""
+    return None if stat.S_ISREG(mode) else next((kind for test, kind in KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike):
+    """`path` open for reading (binary) when it is a regular file (a link to one is followed);
+    ValueError saying what it is otherwise: a read of a FIFO waits for a writer forever, and a
+    device's may never end. The check is made on the opened file (O_NONBLOCK: opening a FIFO
+    does not wait), so nothing can swap the file in between."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        kind = not_regular(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise ValueError(f"it is {kind}, not a regular file (hcjax reads no FIFO, socket or device: a read "
+                             f"could wait forever)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def linked(path: Path, warn: Callable[[str], None]) -> None:
+    """`warn` of a unit file that is a symbolic link (nothing when it is not one): it is read, as
+    its target's unit, but it is not a file of this study (hcjax writes none through a link), and
+    its target may lie anywhere, another study included."""
+    if not path.is_symlink():
+        return
+    target = os.readlink(path)
+    outside = not (path.parent / target).resolve().is_relative_to(path.parent.parent.resolve())
+    warn(f"{path} is a symbolic link to {target}{' (outside the study directory)' if outside else ''}: the unit is "
+         f"read from there, though hcjax never writes a unit through a link; replace the link with the file itself "
+         f"if it belongs to this study, or remove it")
 
 
 def open_dir_below(root: str | os.PathLike, path: str | os.PathLike, create: bool = True) -> int:

@@ -13,10 +13,12 @@ file under site-packages or the stdlib) are named, not walked: their code is not
 (change a method of your class and the digest stays; a changed attribute, argument or
 closure changes it), and nothing of a library's internal state enters the digest.
 
-What cannot be described this way (an object of a C extension without attributes, such as a
-MuJoCo model or a NumPy Generator, a structure deeper than MAX_DEPTH or larger than
-MAX_NODES) is named by its type only and listed in `opaque`: objects that differ only there
-share a digest, and `own_envs` then keys them by their study label as well.
+Strings and bytes longer than LONG_TEXT characters enter by their length and SHA-256 (hashed
+directly, not through their repr). What cannot be described this way (an object of a C extension
+without attributes, such as a MuJoCo model or a NumPy Generator, a structure deeper than MAX_DEPTH
+or larger than MAX_NODES, a part whose reading raises: your __getattr__, __repr__ or a property
+raising) is named by its type only and listed in `opaque`: objects that differ only there share
+a digest, and `own_envs` then keys them by their study label as well.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import numpy as np
 MAX_DEPTH = 64  # nesting walked before a part is opaque
 MAX_NODES = 200_000  # values walked in one object before the rest is opaque
 MAX_LISTED = 8  # opaque parts listed by path (the others counted)
+LONG_TEXT = 1024  # longer strings and bytes enter the digest by their length and SHA-256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,34 @@ def describe(obj: Any) -> Described:
     walk = _Walk()
     text = walk.value(obj, "obj", ())
     return Described(hashlib.sha256(text.encode()).hexdigest()[:16], tuple(walk.opaque))
+
+
+def text_value(x: str | bytes) -> str:
+    """The canonical text of a string or bytes: its repr up to LONG_TEXT characters, else its
+    length and SHA-256 (hashed directly: a 256 MB bytes attribute is one pass, not a 1 GB repr)."""
+    kind = type(x).__name__
+    if len(x) <= LONG_TEXT:
+        return f"{kind}:{x!r}"
+    data = x if isinstance(x, bytes) else x.encode("utf-8", "surrogatepass")
+    return f"{kind}:{len(x)}:{hashlib.sha256(data).hexdigest()}"
+
+
+def _has(x, name: str) -> bool:
+    """hasattr, False where your __getattr__ raises something else than AttributeError (a
+    KeyError from a dict lookup, say): the object's own attributes are still walked."""
+    try:
+        return hasattr(x, name)
+    except Exception:  # noqa: BLE001 - your __getattr__ raised
+        return False
+
+
+def _label(key) -> str:
+    """A dict key as a path component: its repr, cut to 40 characters ('?' when repr raises)."""
+    try:
+        text = repr(key)
+    except Exception:  # noqa: BLE001 - your __repr__ raised: the path names it by type
+        return f"<{type(key).__name__}>"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _name(x) -> str:
@@ -75,12 +106,22 @@ class _Walk:
 
     def value(self, x, path: str, ancestors: tuple[int, ...]) -> str:
         """Canonical text of `x` at `path`; `ancestors`: ids of the objects containing it (a
-        reference back to one is written as its depth, so cycles end)."""
+        reference back to one is written as its depth, so cycles end). A part whose reading
+        raises (your __getattr__, __repr__ or __eq__ raising) is opaque, named with the exception."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
             return self.hidden(x, path, f" (past {MAX_NODES} values)")
-        if x is None or isinstance(x, (bool, int, str, bytes)):
+        try:
+            return self.read(x, path, ancestors)
+        except Exception as e:  # noqa: BLE001 - your code raised while we read it: that part is opaque
+            return self.hidden(x, path, f" (reading it raised {type(e).__name__})")
+
+    def read(self, x, path: str, ancestors: tuple[int, ...]) -> str:
+        """`value`'s text of `x`, by its kind (the module docstring)."""
+        if x is None or isinstance(x, (bool, int)):
             return f"{type(x).__name__}:{x!r}"
+        if isinstance(x, (str, bytes)):
+            return text_value(x)
         if isinstance(x, float):
             return f"float:{x.hex() if math.isfinite(x) else repr(x)}"
         if isinstance(x, complex):
@@ -106,7 +147,7 @@ class _Walk:
         if isinstance(x, (set, frozenset)):
             return f"{_name(type(x))}{{{','.join(sorted(self.value(v, f'{path}{{}}', inner) for v in x))}}}"
         if isinstance(x, (dict, types.MappingProxyType)):
-            items = ",".join(f"{self.value(k, f'{path}.key', inner)}:{self.value(v, f'{path}[{k!r}]', inner)}"
+            items = ",".join(f"{self.value(k, f'{path}.key', inner)}:{self.value(v, f'{path}[{_label(k)}]', inner)}"
                              for k, v in x.items())
             return f"{_name(type(x))}{{{items}}}"
         if isinstance(x, types.CodeType):
@@ -124,7 +165,7 @@ class _Walk:
             bound = "" if owner is None or isinstance(owner, types.ModuleType) else \
                 self.value(owner, path + ".__self__", inner)
             return f"builtin:{_name(x)}({bound})"
-        if callable(x) and hasattr(x, "__wrapped__"):  # jax.jit, functools.wraps
+        if callable(x) and _has(x, "__wrapped__"):  # jax.jit, functools.wraps
             return f"wraps:{_name(type(x))}({self.value(x.__wrapped__, path + '.__wrapped__', inner)})"
         return self.attributes(x, path, inner)
 
@@ -169,7 +210,7 @@ class _Walk:
         for cls in type(x).__mro__:
             for slot in [cls.__dict__["__slots__"]] if isinstance(cls.__dict__.get("__slots__"), str) else \
                     cls.__dict__.get("__slots__", ()):
-                if slot not in ("__dict__", "__weakref__") and hasattr(x, slot):
+                if slot not in ("__dict__", "__weakref__") and _has(x, slot):
                     fields.setdefault(slot, getattr(x, slot))
         if not fields and not hasattr(x, "__dict__"):
             return self.hidden(x, path)

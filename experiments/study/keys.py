@@ -13,7 +13,8 @@ import json
 import numpy as np
 
 # unit-config fields that may differ within a study; "unit": a test unit's phase, seeds and source
-STUDY_EXCLUDED = ("env", "method", "tuner", "unit")
+# and "schedule": the environment's own iterations, eval_every and tune_every (Preset.env_schedule)
+STUDY_EXCLUDED = ("env", "method", "tuner", "unit", "schedule")
 
 
 def jsonable(x):

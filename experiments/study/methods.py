@@ -60,17 +60,27 @@ GP_METHODS = tuple(m.name for m in TABLE if m.buffer)
 
 def label(name: str) -> str:
     """The short label of a unit's method (`protocol.kind`): the table's label of its base (the
-    name itself when it is not in the table; "Fixed:<name>" for a poor default), with " replay"
-    for a replayed schedule and "@test" on the test seeds."""
+    name itself when it is not in the table; "Fixed:<name>" for a poor default, "HC from <name>"
+    for a method started from one), with " replay" for a replayed schedule and "@test" on the
+    test seeds."""
     k = protocol.kind(name)
-    base = BY_NAME[k.base].label if k.base in BY_NAME else \
-        "Fixed:" + k.base[len(protocol.POOR):] if k.base.startswith(protocol.POOR) else k.base
+    start = protocol.started_from(k.base)
+    if start:
+        method, poor = start
+        base = f"Fixed:{poor}" if method == "fixed" else f"{BY_NAME[method].label if method in BY_NAME else method} " \
+            f"from {poor}"
+    else:
+        base = BY_NAME[k.base].label if k.base in BY_NAME else k.base
     return base + (" replay" if k.replay else "") + ("@test" if k.phase == protocol.TEST_PHASE else "")
 
 
 def color(name: str) -> str | None:
-    """The colour in figures of a unit's method: its base's (None: not fixed, matplotlib's colour cycle)."""
+    """The colour in figures of a unit's method: its base's, a method started from a poor default
+    its method's (None: not fixed, matplotlib's colour cycle)."""
     base = protocol.kind(name).base
+    start = protocol.started_from(base)
+    if start and start[0] != "fixed":
+        base = start[0]
     return BY_NAME[base].color if base in BY_NAME else None
 
 

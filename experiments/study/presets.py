@@ -16,6 +16,12 @@
            learns, MountainCar-v0 it learns poorly), the paper's six methods, `fixed`, a
            32 x 3 sweep and two poor defaults on 10 tuning seeds, every one again on 10 test
            seeds (`experiments.study.protocol`); about an hour on a 2-core CPU by the estimate.
+    headroom  does tuning help where it can? ARLBench's PPO setting (its default configuration,
+           search space, budgets and evaluation) on gymnax Pendulum-v1 and
+           MountainCarContinuous-v0, where its released runs show room above the default, and
+           CartPole-v1 as the do-no-harm control; the paper's six methods (five also started
+           from two poor defaults), its random search as a 5 x 32 x 3 sweep with the default in
+           every draw, 5 tuning and 20 test seeds; at least 100 decisions per run.
 
 `resolve(preset, envs=..., methods=..., seeds=..., iterations=..., space=...)` validates
 everything (names, counts, the search space) and returns a `Plan` before anything is
@@ -38,9 +44,17 @@ from typing import Any
 
 from agents import envs as agent_envs
 from experiments.study import own_envs, protocol
-from experiments.study.devices import check_seed_count
-from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS
-from experiments.study.plan import EnvChoice, Plan, Preset, make_hyperparameter, poor_values, tuner_options
+from experiments.study.devices import check_run_count, check_seed_count
+from experiments.study.methods import ALL_METHODS, METHODS, PAPER_METHODS, POPULATION_METHODS
+from experiments.study.plan import (
+    SCHEDULE_FIELDS,
+    EnvChoice,
+    Plan,
+    Preset,
+    make_hyperparameter,
+    poor_values,
+    tuner_options,
+)
 from experiments.study.store import unit_name
 from hcjax import Space, ppo_space
 
@@ -108,6 +122,36 @@ LEARNING_TUNER = dict(gp_ucb=dict(buffer=100), pb2=dict(buffer=100))
 LEARNING_ENV_PPO = {"CartPole-v1": dict(objective="return_change", eval_steps=500),
                     "Acrobot-v1": dict(objective="return_change", eval_steps=500),
                     "Pendulum-v1": dict(reward_scale=0.1, update_epochs=10, num_minibatches=16, eval_steps=200)}
+# The headroom preset: ARLBench's PPO (automl/arlbench, branch experiments, 1c67583: its
+# algorithm/ppo.yaml defaults, its classic-control search space search_space/ppo_cc.yaml, its
+# experiments/cc_*_ppo.yaml tasks; docs/results.md names every difference).
+ARLBENCH_PPO = dict(num_envs=8, hidden_sizes=(64, 64), activation="tanh", learning_rate=3e-4, clip_eps=0.2,
+                    vf_clip_eps=0.2, gae_lambda=0.95, gamma=0.99, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+                    normalize_advantage=True, minibatch_size=64, adam_eps=1e-5, normalize_obs=False,
+                    eval_episodes=128, eval_policy="greedy")
+ARLBENCH_SPACE = (  # ppo_cc.yaml without minibatch_size (static here: see reductions), defaults from ppo.yaml
+    dict(name="learning_rate", low=1e-6, high=0.1, scale="log", default=3e-4),
+    dict(name="ent_coef", low=0.0, high=0.5, default=0.0),
+    dict(name="gae_lambda", low=0.8, high=0.9999, default=0.95),
+    dict(name="clip_eps", low=0.0, high=0.5, default=0.2),
+    dict(name="vf_clip_eps", low=0.0, high=0.5, default=0.2),
+    dict(name="vf_coef", low=0.0, high=1.0, default=0.5),
+    dict(name="max_grad_norm", low=0.0, high=1.0, default=0.5),
+    dict(name="normalize_advantage", options=[0, 1], default=1),
+)
+# Per task: ARLBench's environments, rollout, epochs and observation normalisation (Pendulum's
+# rollout shortened from 512 to 128 steps, ARLBench's default n_steps: 100 decisions in its budget).
+ARLBENCH_ENV_PPO = {
+    "CartPole-v1": dict(batch_size=256, update_epochs=20, objective="return_change", eval_steps=500),
+    "Pendulum-v1": dict(batch_size=1024, update_epochs=10, eval_steps=200),
+    "MountainCarContinuous-v0": dict(batch_size=8, update_epochs=10, normalize_obs=True, eval_steps=999),
+}
+# Their budgets (1e5, 1e5 and 2e4 steps) in iterations, decided often enough for 100+ decisions,
+# evaluated 5 times (the last: the score).
+ARLBENCH_SCHEDULE = {
+    "CartPole-v1": dict(iterations=390, tune_every=3, eval_every=78),
+    "MountainCarContinuous-v0": dict(iterations=2500, tune_every=25, eval_every=500),
+}
 GPU_PATHS = {
     "HalfCheetah-v4": ("halfcheetah", "Brax (spring): jitted and vmapped with the agents on the GPU"),
     "Pusher-v4": ("pusher", "Brax (spring): jitted and vmapped with the agents on the GPU"),
@@ -250,6 +294,47 @@ PRESETS: dict[str, Preset] = {
             "each evaluation the mean of 4 deterministic episodes, each from its own reset, instead of one",
         ),
     ),
+    "headroom": Preset(
+        name="headroom",
+        envs=("Pendulum-v1", "MountainCarContinuous-v0", "CartPole-v1"),
+        methods=PAPER_METHODS + ("fixed", "sweep"),
+        seeds=5,
+        test_seeds=20,
+        iterations=100,
+        eval_every=20,
+        tune_every=1,
+        space=ARLBENCH_SPACE,
+        ppo=ARLBENCH_PPO,
+        tuner=dict(LEARNING_TUNER, sweep=dict(configurations=32, seeds=3, seed=42, repeats=5, default=True)),
+        poor_defaults={"lr_x10": {"learning_rate": 3e-3}, "lr_div10": {"learning_rate": 3e-5}},
+        start_from_poor=("hypercontroller", "random", "pb2", "gp_ucb", "hyperband"),
+        env_ppo=ARLBENCH_ENV_PPO,
+        env_schedule=ARLBENCH_SCHEDULE,
+        fuse_methods=True,
+        description="does tuning help where it can? ARLBench's PPO (its default configuration, 8 of its 9 searched "
+                    "hyperparameters, its budgets and 128 deterministic evaluation episodes) on gymnax Pendulum-v1 "
+                    "(1e5 steps) and MountainCarContinuous-v0 (2e4), where its released runs leave room above the "
+                    "default, and CartPole-v1 (1e5) as the do-no-harm control; the paper's six methods, five of them "
+                    "also started from two poor defaults (learning rate x10 and /10), a sweep of 5 draws of 32 "
+                    "configurations (the default first in each) x 3 tuning seeds, on 5 tuning and 20 test seeds; "
+                    "every online method decides 100 or more times per run",
+        reductions=(
+            "ARLBench's classic-control search space without minibatch_size (fixed at ARLBench's default 64): a "
+            "traced minibatch size costs the largest count of the largest minibatches in one program",
+            "Pendulum's rollout 8 x 128 steps (ARLBench's default n_steps) instead of 8 x 512: 100 updates in "
+            "102,400 steps instead of 24, so that an online tuner decides 100 times",
+            "float32 where ARLBench enables x64 (Pendulum, MountainCarContinuous)",
+            "minibatches of equal size (ARLBench's last minibatch takes the remainder)",
+            "observation normalisation clipped to +-10 (ARLBench clips only the standard deviation)",
+            "5 evaluations of 128 deterministic episodes per run (ARLBench's random search: 10), the last the score",
+            "the sweep is ARLBench's random search (5 seeds x 32 configurations x 3 training seeds) with the default "
+            "as the first configuration of every draw; its incumbents are re-run on 20 test seeds (100-119), which "
+            "ARLBench's released runs do not do",
+            "objective given to the tuners: the change of the mean training reward (the paper's), of the mean episode "
+            "return on CartPole (its per-step reward is constant)",
+            "GP buffers of 100 points (CartPole's 390 and MountainCarContinuous' 2500 iterations are told more)",
+        ),
+    ),
     "gpu": Preset(
         name="gpu",
         envs=("HalfCheetah-v4", "Pusher-v4", "InvertedDoublePendulum-v4", "Reacher-v4"),
@@ -309,15 +394,30 @@ def _positive(field: str, value) -> int:
 def choose_env(name: str, preset: Preset) -> EnvChoice:
     """The EnvChoice of a study environment name under `preset`: the preset's `paths`
     first, then any name `agents.envs.resolve` knows (ValueError with the closest names);
-    with the preset's `env_ppo` overrides for it."""
-    ppo = dict(preset.env_ppo.get(name, {}))
+    with the preset's `env_ppo` overrides and `env_schedule` for it."""
+    own = dict(ppo=dict(preset.env_ppo.get(name, {})), schedule=dict(preset.env_schedule.get(name, {})))
     if name in preset.paths:
         make, why = preset.paths[name]
-        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, ppo=ppo)
+        return EnvChoice(label=name, make=make, path=_backend_of(make), why=why, **own)
     if name == "Pusher-v4":  # registered by gymnasium, but needs mujoco<3
         return EnvChoice(label=name, make="Pusher-v5", path="gymnasium",
-                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", ppo=ppo)
-    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", ppo=ppo)
+                         why="Pusher-v4 needs mujoco<3; Pusher-v5 is the same task", **own)
+    return EnvChoice(label=name, make=name, path=_backend_of(name), why="given directly", **own)
+
+
+def check_env_schedule(env_schedule) -> dict[str, dict[str, int]]:
+    """Validated `env_schedule`: a table of environment label -> {iterations, eval_every,
+    tune_every} (any of them), each a positive integer; ValueError naming the entry."""
+    if not isinstance(env_schedule, Mapping) or not all(isinstance(v, Mapping) for v in env_schedule.values()):
+        raise ValueError(f"env_schedule must be a table of environment = {{{', '.join(SCHEDULE_FIELDS)}}}, got "
+                         f"{env_schedule!r}")
+    out = {}
+    for label, entry in env_schedule.items():
+        unknown = sorted(set(entry) - set(SCHEDULE_FIELDS))
+        if unknown:
+            raise ValueError(f"env_schedule.{label}: unknown field(s) {unknown}; allowed: {', '.join(SCHEDULE_FIELDS)}")
+        out[label] = {f: _positive(f"env_schedule.{label}.{f}", v) for f, v in entry.items()}
+    return out
 
 
 def check_space(entries) -> tuple[dict, ...]:
@@ -372,24 +472,41 @@ def resolve(preset: str | Preset = "smoke", *, envs: Sequence[str] | None = None
     if p.envs:
         _names("env", p.envs)
     _names("method", p.methods, ALL_METHODS)
-    check_seed_count("seeds", _positive("seeds", p.seeds))
+    check_run_count("seeds", check_seed_count("seeds", _positive("seeds", p.seeds)))
     _positive("iterations", p.iterations)
     _positive("eval_every", p.eval_every)
     _positive("tune_every", p.tune_every)
-    p = dataclasses.replace(p, space=check_space(p.space))
+    check_tables("tuner", p.tuner)
+    p = dataclasses.replace(p, space=check_space(p.space), env_schedule=check_env_schedule(p.env_schedule),
+                            start_from_poor=_method_list("start_from_poor", p.start_from_poor))
     mine = list(own) + [own_envs.from_factory(ref) for ref in p.env_factories]
     choices = tuple(choose_env(e, p) for e in p.envs) + tuple(
-        EnvChoice(label=o.label, make=o.make, path=o.path, why=o.why, ppo=dict(p.env_ppo.get(o.label, {})))
+        EnvChoice(label=o.label, make=o.make, path=o.path, why=o.why, ppo=dict(p.env_ppo.get(o.label, {})),
+                  schedule=dict(p.env_schedule.get(o.label, {})))
         for o in mine)
     labels = [c.label for c in choices]
-    unknown = sorted(set(p.env_ppo) - set(labels))
-    if unknown:
-        raise ValueError(f"env_ppo names environment(s) {unknown} that the study does not run; "
-                         f"envs: {', '.join(labels)}")
+    dropped = set(preset.envs) - set(labels)  # the preset's own environments that envs= left out
+    for field in ("env_ppo", "env_schedule"):
+        p = dataclasses.replace(p, **{field: {k: v for k, v in getattr(p, field).items() if k not in dropped}})
+        unknown = sorted(set(getattr(p, field)) - set(labels))
+        if unknown:
+            raise ValueError(f"{field} names environment(s) {unknown} that the study does not run; "
+                             f"envs: {', '.join(labels)}")
     check_unit_names(labels)
     if len(set(labels)) != len(labels):
         raise ValueError(f"env: duplicates in {labels}")
     return check_protocol(Plan(preset=p, envs=choices))
+
+
+def check_tables(field: str, value) -> None:
+    """ValueError naming `field`.<name> unless `value` is a table of tables (a study's `tuner`:
+    method -> its options): a string given for one would be read as its characters."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} must be a table of name = {{option = value}}, got {value!r}")
+    for name, options in value.items():
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{field}.{name} must be a table of options ({field}={{{name!r}: {{...}}}}, or "
+                             f"[{field}.{name}] in a study file), got {options!r}")
 
 
 def check_protocol(plan: Plan) -> Plan:
@@ -398,6 +515,7 @@ def check_protocol(plan: Plan) -> Plan:
     p = plan.preset
     if not isinstance(p.poor_defaults, Mapping) or not all(isinstance(v, Mapping) for v in p.poor_defaults.values()):
         raise ValueError(f"poor_defaults must be a table of name = {{hyperparameter = value}}, got {p.poor_defaults!r}")
+    check_start_from_poor(p)
     test_ids = plan.test_ids
     for name in p.poor_defaults:
         poor_values(plan, protocol.POOR + name)
@@ -411,6 +529,34 @@ def check_protocol(plan: Plan) -> Plan:
             raise ValueError(f"methods {other!r} and {method!r} would share unit files (units/"
                              f"{unit_name('ENV', method)}.npz): rename the poor default")
     return plan
+
+
+def _method_list(field: str, given) -> tuple[str, ...]:
+    """A list of method names as a tuple (ValueError naming `field` for anything else)."""
+    if isinstance(given, str) or not isinstance(given, (list, tuple)) or not all(isinstance(m, str) for m in given):
+        raise ValueError(f"{field} must be a list of the study's methods, got {given!r}")
+    return tuple(given)
+
+
+def check_start_from_poor(p: Preset) -> None:
+    """ValueError naming `start_from_poor` unless it lists methods of the study that can start from
+    a poor default (tuners that learn: not fixed, random_start or the sweep; no population method)
+    and the study has poor defaults to start them from."""
+    given = _method_list("start_from_poor", p.start_from_poor)
+    if not given:
+        return
+    if not p.poor_defaults:
+        raise ValueError("start_from_poor starts methods from the study's poor defaults, and it has none: give "
+                         "poor_defaults (e.g. lr_div10 = {learning_rate = ...}) or leave start_from_poor out")
+    for m in _names("start_from_poor", given):
+        if m not in p.methods:
+            raise ValueError(f"start_from_poor: {m!r} is not one of the study's methods {list(p.methods)}")
+        if m in protocol.NOT_FROM_POOR:
+            raise ValueError(f"start_from_poor: {m!r} cannot start from a poor default as a unit of its own: "
+                             f"{protocol.NOT_FROM_POOR[m]}")
+        if m in POPULATION_METHODS:
+            raise ValueError(f"start_from_poor: {m!r} is a population method, whose agents start at the space's "
+                             f"defaults: run it in a study whose space has the poor default as its default")
 
 
 def check_unit_names(labels: Sequence[str], existing: Sequence[str] = ()) -> None:

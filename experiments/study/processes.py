@@ -9,7 +9,8 @@ agree on the study before any work, and when one stops the others stop too, with
     with watchdog(): ...         `hcjax run --distributed`: each process marks itself alive in the
                                  coordination service's key-value store every POLL_SECONDS and
                                  watches the others; one silent for LOST_SECONDS, one that says it
-                                 stopped, or the service gone (process 0 stopped) ends this one; a
+                                 stopped, or the service gone or not answering within ANSWER_SECONDS
+                                 (process 0 stopped or frozen) ends this one; a
                                  process leaving the block says it finished (no longer watched:
                                  process 0 may plot long after the others are done)
     leave(reason, status)        tell the others this process stops, print why, exit at once
@@ -48,6 +49,7 @@ AGREE_SECONDS = 600  # how long a process waits for the others' checks
 POLL_SECONDS = 1.0  # the watchdog's beat
 LOST_SECONDS = 30.0  # a peer silent this long is gone (JAX's own heartbeat timeout is 100 s)
 GRACE_SECONDS = 2.5 * POLL_SECONDS  # process 0 waits this long after its stop notice
+ANSWER_SECONDS = LOST_SECONDS  # a key-value call unanswered this long: the service is gone (process 0 frozen)
 LOST_PEER_WORDS = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout",
                    "coordination service", "Socket closed")  # in an error: a peer or the service went away
 
@@ -192,8 +194,9 @@ def leave(reason: str, status: int = 1) -> None:
     me, n = jax.process_index(), jax.process_count()
     for stop in _watching:
         stop.set()
-    with contextlib.suppress(Exception):
-        _client().key_value_set(f"hcjax/stopped/{me}", reason, allow_overwrite=True)
+    with contextlib.suppress(Exception):  # a frozen service: not waited on for longer than a beat or two
+        _answered(_client().key_value_set, f"hcjax/stopped/{me}", reason, allow_overwrite=True,
+                  timeout=2 * POLL_SECONDS)
     print(f"hcjax run: process {me} of {n} stops: {reason}. Run the same command on every process again to "
           f"resume (finished units and checkpoints are kept).", file=sys.stderr, flush=True)
     sys.stdout.flush()
@@ -210,9 +213,9 @@ def _watch(stop: threading.Event) -> None:
     while reason is None and not stop.wait(POLL_SECONDS):
         try:
             beat += 1
-            client.key_value_set(f"hcjax/alive/{me}", str(beat), allow_overwrite=True)
+            _answered(client.key_value_set, f"hcjax/alive/{me}", str(beat), allow_overwrite=True)
             reason = _look(client, heard, n)
-        except Exception as e:  # noqa: BLE001 - the coordination service is gone with process 0
+        except Exception as e:  # noqa: BLE001 - the coordination service is gone with process 0, or frozen
             if stop.is_set():
                 return
             reason = f"the coordination service on process 0 cannot be reached ({str(e).splitlines()[0]})"
@@ -238,9 +241,33 @@ def _look(client, heard: dict, n: int) -> str | None:
     return None
 
 
+def _answered(call: Callable, *args, timeout: float = ANSWER_SECONDS, **kwargs):
+    """call(*args, **kwargs), or TimeoutError when it has not returned within `timeout` seconds.
+    The key-value store's calls have no timeout of their own: with process 0 stopped (SIGSTOP,
+    a machine that hangs) its service never answers, and a call would wait until JAX's heartbeat
+    timeout aborts this process (SIGABRT, about 90 s, without our message). The call runs in a
+    daemon thread, left behind when it does not return (the process then leaves)."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = call(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="hcjax-key-value", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def _try_get(client, key: str) -> str | None:
     try:
-        return client.key_value_try_get(key)
+        return _answered(client.key_value_try_get, key)
     except Exception as e:
         if "NOT_FOUND" in str(e):
             return None
@@ -265,4 +292,5 @@ def watchdog() -> Iterator[None]:
         _watching.remove(stop)
         thread.join(timeout=5 * POLL_SECONDS)
         with contextlib.suppress(Exception):
-            _client().key_value_set(f"hcjax/finished/{jax.process_index()}", "1", allow_overwrite=True)
+            _answered(_client().key_value_set, f"hcjax/finished/{jax.process_index()}", "1", allow_overwrite=True,
+                      timeout=2 * POLL_SECONDS)

@@ -42,6 +42,7 @@ from experiments.study.methods import is_population
 from experiments.study.plan import (
     EnvChoice,
     Plan,
+    default_values,
     ppo_options,
     reads_results,
     tuner_options,
@@ -121,9 +122,9 @@ def program_key(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib
     p = plan.preset
     sources = [unit_config(plan, env, m)["unit"].get("source") if reads_results(m) else None for m in methods]
     return config_key(dict(_environment_config(plan, env), methods=list(methods),
-                           tuner={m: tuner_options(plan, m) for m in methods}, seeds=p.seeds,
+                           tuner={m: tuner_options(plan, m, env) for m in methods}, seeds=p.seeds,
                            agents=[len(unit_seeds(plan, m)) for m in methods], sources=sources,
-                           tune_every=p.tune_every, memory_limit_gib=float(memory_limit_gib)))
+                           tune_every=plan.timing(env).tune_every, memory_limit_gib=float(memory_limit_gib)))
 
 
 def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float,
@@ -142,37 +143,39 @@ def unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_g
 def _new_unit_programs(plan: Plan, env: EnvChoice, methods: list[str], memory_limit_gib: float,
                        environment, schedules) -> UnitPrograms:
     """A new UnitPrograms of (env, methods) under `plan`, built on `environment` (no program yet)."""
-    p = plan.preset
     config = PPOConfig(**ppo_options(plan, env))
     if reads_results(methods[0]):  # replayed schedules: a value every iteration, so an ask after each one
         tuner = schedule(plan.space, schedules, memory_limit_gib=memory_limit_gib)
         learner = make_learner(dataclasses.replace(config, tune_every=1), environment, tuner)
         return UnitPrograms(environment, learner, [None] * len(methods), None, None)
     if methods == [protocol.SWEEP]:  # the sweep: one schedule row per configuration, constant in time
-        configurations = protocol.sweep_configurations(plan.space, tuner_options(plan, protocol.SWEEP))
+        configurations = protocol.sweep_configurations(plan.space, tuner_options(plan, protocol.SWEEP),
+                                                       default_values(plan))
         tuner = schedule(plan.space, configurations[:, None, :], memory_limit_gib=memory_limit_gib)
         return UnitPrograms(environment, make_learner(config, environment, tuner), [None], None, None)
     if is_population(methods[0]):  # a population method runs alone: the unit's seeds are its population
-        tuners = [build.make_method(plan, methods[0], memory_limit_gib)]
+        tuners = [build.make_method(plan, methods[0], memory_limit_gib, env)]
         learner = make_learner(config, environment, tuners[0])
-        population = PopulationLoop(learner, tuners[0], p.tune_every,
+        population = PopulationLoop(learner, tuners[0], config.tune_every,
                                     population_objective(protocol.kind(methods[0]).base, config.objective,
-                                                         p.tune_every),
+                                                         config.tune_every),
                                     mesh=agent_mesh())  # the mesh of run_jax_unit: agents over every device
         return UnitPrograms(environment, learner, tuners, None, population)
     bases = list(dict.fromkeys(protocol.kind(m).base for m in methods))  # a method's tuning and test units: one tuner
-    stacked = [build.make_method(plan, base, memory_limit_gib) for base in bases]
+    stacked = [build.make_method(plan, base, memory_limit_gib, env) for base in bases]
     branches = [bases.index(protocol.kind(m).base) for m in methods]
     learner = make_learner(config, environment, stacked[0] if len(bases) == 1 else stack(stacked))
     return UnitPrograms(environment, learner, [stacked[b] for b in branches], branches if len(bases) > 1 else None,
                         None)
 
 
-def tuner_programs(plan: Plan, method: str, memory_limit_gib: float) -> Callable[[Hashable, Callable[[], Any]], Any]:
+def tuner_programs(plan: Plan, method: str, memory_limit_gib: float,
+                   env: EnvChoice | None = None) -> Callable[[Hashable, Callable[[], Any]], Any]:
     """A `program(name, build)` for the programs of `method`'s tuner alone (the replay that
-    times it), kept per tuner configuration: the method, its options, the space, the memory
-    limit and the JAX settings (not the environment, the PPO or the methods fused with it)."""
-    key = config_key(dict(method=method, tuner=tuner_options(plan, method), space=[dict(h) for h in plan.preset.space],
+    times it), kept per tuner configuration: the method, its options (on `env`), the space, the
+    memory limit and the JAX settings (not the environment, the PPO or the methods fused with it)."""
+    key = config_key(dict(method=method, tuner=tuner_options(plan, method, env),
+                          space=[dict(h) for h in plan.preset.space],
                           memory_limit_gib=float(memory_limit_gib), settings=_settings()))
     return functools.partial(_program, _keep(_TUNER_KEPT, key, dict))
 

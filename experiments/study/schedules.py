@@ -42,11 +42,12 @@ import numpy as np
 
 from agents.ppo import PPOConfig, make_learner
 from experiments.study import build, own_envs
-from experiments.study.devices import check_seed_ids, padded_count
+from experiments.study.devices import check_run_count, check_seed_ids, padded_count
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
-from experiments.study.plan import make_hyperparameter
-from experiments.study.store import StudyDir, UnitResult, load_unit
+from experiments.study.plan import make_hyperparameter, unit_timing
+from experiments.study.protocol import SWEEP, TEST
+from experiments.study.store import StudyDir, UnitResult, load_unit, unit_name
 from hcjax.space import Space
 from hcjax.tuners.schedule import schedule
 
@@ -61,6 +62,18 @@ def source_unit(source: str | os.PathLike, unit: str) -> UnitResult:
         raise ValueError(f"unit: {unit!r} is not a finished unit of {store.path} (units: "
                          f"{', '.join(there) or 'none'})")
     return load_unit(path)
+
+
+def check_replayable(unit: str, src: UnitResult) -> None:
+    """ValueError for the sweep's tuning unit: its rows are N configurations x k tuning seeds, not
+    one method's schedules (a replay on n seeds would run its first configurations); its incumbent,
+    one schedule on every row, is the unit `sweep@test` (a study with test seeds runs it)."""
+    if src.meta.get("method") == SWEEP:
+        n = len((src.meta.get("sweep") or {}).get("configurations") or [])
+        raise ValueError(f"unit: {unit} is the sweep, {n} static configurations x their tuning seeds, not one "
+                         f"schedule: a replay would run its first configurations on the new seeds. Replay its "
+                         f"incumbent, the unit {unit_name(src.meta['env'], SWEEP + TEST)} (sweep@test: the best "
+                         f"configuration on every row; a study with test_seeds runs it)")
 
 
 def check_schedule(unit: str, space: Space, hparams: np.ndarray) -> None:
@@ -120,8 +133,11 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     module docstring. out: a study directory to save the result in (None: not saved);
     envs: your own environment (object or factory reference) for a unit that ran one (None:
     the factory the unit recorded); log: where the line saying a factory is imported goes."""
+    if isinstance(seeds, range):
+        check_run_count("seeds", len(seeds))  # before its ids are made
     ids = check_seed_ids("seeds", list(seeds) if isinstance(seeds, range) else seeds)  # first: nothing read yet
     src = source_unit(source, unit)
+    check_replayable(unit, src)
     config = src.meta.get("config") or {}
     env = config.get("env") or {}
     if env.get("path") == "gymnasium":
@@ -149,7 +165,7 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
     n = padded_count(S, len(jax.devices()))
     agent_ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - S)])
     t0 = time.perf_counter()
-    run = run_jax_unit(learner, agent_ids, T, config["eval_every"], on_segment,
+    run = run_jax_unit(learner, agent_ids, T, unit_timing(config).eval_every, on_segment,
                        fast_compile=bool(src.meta.get("fast_compile", False)),
                        which=(np.arange(n) % n_src).astype(np.int32))
     meta = dict(env=src.meta["env"], method=method, make=src.meta.get("make"), path=src.meta.get("path"),

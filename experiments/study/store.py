@@ -58,8 +58,11 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     atomic_write_text,
     check_writable_dir,
     file_chars,
+    linked,
     make_dir,
     move_no_replace,
+    not_regular,
+    open_regular,
 )
 from experiments.study.keys import jsonable, study_key
 from experiments.study.provenance import git_commit
@@ -142,15 +145,17 @@ def load_unit(path: str | os.PathLike) -> UnitResult:
     (total size within validate.MAX_UNIT_BYTES, shapes consistent with each other, see
     `validate.unit_shapes`); after loading, its values (`validate.unit_problem`)."""
     try:
-        problem = validate.unit_shapes(validate.npz_headers(path, validate.MAX_UNIT_BYTES))
-        if problem is None:
-            with np.load(path, allow_pickle=False) as z:
-                fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
-                          if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
-                present = {k: v for k, v in fields.items() if k in z.files}
-                present["meta"] = np.asarray(z["meta"])
-            meta = json.loads(str(present["meta"]))
-            problem = validate.unit_problem(present, meta)
+        with open_regular(path) as file:  # a FIFO or a device named like a unit: refused, not waited on
+            problem = validate.unit_shapes(validate.npz_headers(file, validate.MAX_UNIT_BYTES))
+            if problem is None:
+                file.seek(0)
+                with np.load(file, allow_pickle=False) as z:
+                    fields = {f.name: np.asarray(z[f.name]) for f in dataclasses.fields(UnitResult)
+                              if f.name != "meta" and (f.name in z.files or f.name not in LINEAGE)}
+                    present = {k: v for k, v in fields.items() if k in z.files}
+                    present["meta"] = np.asarray(z["meta"])
+                meta = json.loads(str(present["meta"]))
+                problem = validate.unit_problem(present, meta)
     except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
         raise CorruptFile(f"{path}: unreadable unit file ({type(e).__name__}: {e})") from e
     if problem:
@@ -228,6 +233,8 @@ class StudyDir:
                 raise ValueError(f"{p} is a file, but hcjax keeps a directory there ({name}/); move it aside")
             if not LAYOUT[name] and p.is_dir():
                 raise ValueError(f"{p} is a directory, but hcjax keeps a file there ({name}); move it aside")
+            if not LAYOUT[name] and p.exists() and not_regular(p.stat().st_mode):  # a FIFO: reading it waits
+                raise ValueError(f"{p} is {not_regular(p.stat().st_mode)}, not a file hcjax can read; move it aside")
         if "tensorboard" in (entries or LAYOUT) and (self.path / "tensorboard").is_dir():
             for top, dirs, files in os.walk(self.path / "tensorboard"):  # every depth; links are not walked
                 for p in sorted(Path(top) / name for name in dirs + files):
@@ -282,7 +289,8 @@ class StudyDir:
         if not p.exists():
             return None
         try:
-            manifest = json.loads(p.read_text())
+            with open_regular(p) as f:
+                manifest = json.loads(f.read())
             if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
                 raise ValueError("no 'config' object")
         except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past the parser's limit
@@ -356,6 +364,7 @@ class StudyDir:
         path = self.unit_path(env, method)
         if not path.exists():
             return False
+        linked(path, lambda message: log(f"warning: {message}"))
         try:
             unit = load_unit(path)
         except CorruptFile as e:
@@ -385,9 +394,11 @@ class StudyDir:
         if not path.exists():
             return None
         try:
-            validate.npz_headers(path, limit)
-            with np.load(path, allow_pickle=False) as z:
-                return {k: np.asarray(z[k]) for k in z.files}
+            with open_regular(path) as f:
+                validate.npz_headers(f, limit)
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as z:
+                    return {k: np.asarray(z[k]) for k in z.files}
         except Exception as e:  # noqa: BLE001 - any failure to read means the same: unreadable
             log(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); {self.moved_aside(path)}, "
                 f"the unit starts over")
@@ -443,12 +454,14 @@ LAYOUT = {"manifest.json": False, "units": True, "units/corrupt": True, "checkpo
 
 
 def _named_units(paths: list[Path], warn: Callable[[str], None]) -> list[UnitResult]:
-    """The readable units of `paths`, each once: an unreadable or inconsistent file is
-    skipped with a warning naming it; a file not named after what it holds (copied from
+    """The readable units of `paths`, each once: an unreadable or inconsistent file (a FIFO or
+    a device among them) is skipped with a warning naming it, a symbolic link is read with a
+    warning naming it (`linked`); a file not named after what it holds (copied from
     another unit's name) is named in a warning, and skipped when another file holds the
     same unit (the one of the right name is kept)."""
     loaded = []
     for path in paths:
+        linked(path, warn)
         try:
             loaded.append((path, load_unit(path)))
         except CorruptFile as e:

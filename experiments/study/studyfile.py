@@ -50,6 +50,8 @@ that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (a
 
     [poor_defaults.lr_x10]             # a `fixed:lr_x10` unit: the defaults with these values
     learning_rate = 1e-2
+    # start_from_poor = ["hypercontroller"]  (top level) also runs `hypercontroller:lr_x10`: HC
+    # started from that poor default (what its recovery is measured on)
 
     [paths."HalfCheetah-v4"]           # a study name run as another environment
     make = "halfcheetah"
@@ -57,6 +59,10 @@ that a file without a `[ppo]` table gets the small PPO of `presets.SMALL_PPO` (a
 
     [env_ppo."CartPole-v1"]            # PPOConfig overrides for one environment
     objective = "return_change"
+
+    [env_schedule."CartPole-v1"]       # one environment's own iterations, eval_every, tune_every
+    iterations = 390
+    tune_every = 3
 
 Unknown keys raise ValueError naming them and the allowed keys. Types are strict
 (booleans are TOML booleans, counts integers, names strings), lists and `name` must not be
@@ -142,7 +148,7 @@ def loads(text: str, default_name: str = "study") -> Preset:
     fields: dict[str, Any] = {"name": default_name, "seeds": None, "iterations": None, "envs": (),
                               "ppo": dict(SMALL_PPO)}
     for key, value in data.items():
-        if key in ("envs", "methods", "reductions", "env_factories"):
+        if key in ("envs", "methods", "reductions", "env_factories", "start_from_poor"):
             fields[key] = tuple(_strings(key, value, empty=key == "reductions" or
                                          (key == "envs" and "env_factories" in data)))
         elif key == "space":
@@ -166,6 +172,10 @@ def loads(text: str, default_name: str = "study") -> Preset:
         elif key == "poor_defaults":
             fields[key] = {name: dict(_table(f"poor_defaults.{name}", entry))
                            for name, entry in _table(key, value).items()}
+        elif key == "env_schedule":
+            fields[key] = {label: {f: _integer(f"env_schedule.{label}.{f}", v)
+                                   for f, v in _table(f"env_schedule.{label}", entry).items()}
+                           for label, entry in _table(key, value).items()}
         elif key == "test_seeds":
             fields[key] = _test_seeds(value)
         else:
@@ -287,6 +297,8 @@ def dumps(preset: Preset) -> str:
         lines.append(f"env_factories = {_value(preset.env_factories)}")
     if preset.test_seeds:
         lines.append(f"test_seeds = {_value(preset.test_seeds)}")
+    if preset.start_from_poor:
+        lines.append(f"start_from_poor = {_value(preset.start_from_poor)}")
     lines += ["", "[ppo]"] + [f"{k} = {_value(v)}" for k, v in preset.ppo.items()]  # even empty: see SMALL_PPO
     for entry in preset.space:
         lines += ["", "[[space]]"] + [f"{k} = {_value(v)}" for k, v in entry.items() if v is not None]
@@ -298,6 +310,8 @@ def dumps(preset: Preset) -> str:
         lines += ["", f"[env_ppo.{_key(label)}]"] + [f"{k} = {_value(v)}" for k, v in ppo.items()]
     for name, values in preset.poor_defaults.items():
         lines += ["", f"[poor_defaults.{_key(name)}]"] + [f"{k} = {_value(v)}" for k, v in values.items()]
+    for label, timing in preset.env_schedule.items():
+        lines += ["", f"[env_schedule.{_key(label)}]"] + [f"{k} = {_value(v)}" for k, v in timing.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,8 @@ import zipfile
 
 import numpy as np
 
+from experiments.study import protocol
+
 MAX_UNIT_BYTES = 2 * 2**30  # a unit's arrays, uncompressed
 MAX_RECORD_BYTES = 2 * 2**30  # a checkpoint's arrays beyond the learner state, uncompressed
 NUMERIC = "biuf"
@@ -153,6 +155,48 @@ def unit_problem(arrays: dict, meta: dict) -> str | None:
     if names is not None and (not isinstance(names, list) or len(names) != h
                               or not all(isinstance(n, str) for n in names)):
         return f"its meta's hparam_names is {names!r}; expected {h} names (hparams has shape {(S, T, h)})"
+    return meta_problem(meta, np.asarray(arrays["seeds"]), h)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def meta_problem(meta: dict, seeds: np.ndarray, h: int) -> str | None:
+    """Problems with what a unit's meta says of its runs (seeds: (S,) its seed ids; h: its
+    hyperparameters): run_seconds a finite number >= 0; a test unit's seeds none of the tuning
+    seeds 0..config.seeds-1 (the protocol's rule); the sweep's `sweep` entry (`sweep_problem`)."""
+    seconds = meta.get("run_seconds")
+    if seconds is not None and not (_number(seconds) and seconds >= 0):
+        return f"its meta's run_seconds is {seconds!r}; expected a number of seconds >= 0"
+    k, tuning = protocol.kind(meta["method"]), (meta.get("config") or {}).get("seeds")
+    if k.phase == protocol.TEST_PHASE and isinstance(tuning, int) and not isinstance(tuning, bool):
+        shared = sorted(int(s) for s in seeds if 0 <= s < tuning)
+        if shared:
+            return (f"its seeds {shared[:8]} are tuning seeds (its meta's config.seeds = {tuning}: ids 0.."
+                    f"{tuning - 1}); a test unit's seeds must be none of them")
+    if meta["method"] == protocol.SWEEP:
+        return sweep_problem(meta.get("sweep"), len(seeds), h)
+    return None
+
+
+def sweep_problem(sweep, S: int, h: int) -> str | None:
+    """Problems with the sweep unit's meta `sweep` entry: configurations a non-empty list of N
+    lists of h finite numbers, seeds an integer >= 1, configuration S integers in [0, N)."""
+    if not isinstance(sweep, dict):
+        return f"its meta's sweep is {sweep!r}; the sweep's unit must say its configurations there"
+    configurations = sweep.get("configurations")
+    if not (isinstance(configurations, list) and configurations and all(
+            isinstance(c, list) and len(c) == h and all(map(_number, c)) for c in configurations)):
+        return f"its meta's sweep.configurations is {str(configurations)[:80]}; expected N >= 1 lists of {h} numbers"
+    k = sweep.get("seeds")
+    if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+        return f"its meta's sweep.seeds is {k!r}; expected an integer >= 1 (tuning seeds per configuration)"
+    rows = sweep.get("configuration")
+    if not (isinstance(rows, list) and len(rows) == S and all(
+            isinstance(r, int) and not isinstance(r, bool) and 0 <= r < len(configurations) for r in rows)):
+        return (f"its meta's sweep.configuration is {str(rows)[:80]}; expected {S} integers (one per seed row) in "
+                f"[0, {len(configurations)})")
     return None
 
 

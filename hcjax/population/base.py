@@ -20,6 +20,7 @@ sharded over devices (see `hcjax.population.exploit`).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -101,6 +102,13 @@ class IntervalWarning(UserWarning):
     """`interval` chose another number of iterations between population steps than asked."""
 
 
+def _divisors(n: int) -> list[int]:
+    """Every divisor of `n` >= 1, ascending: the pairs (k, n // k) for k up to the square root of
+    n (10**4 trials for n = 10**8, not 10**8)."""
+    low = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return low + [n // k for k in reversed(low) if n // k != k]
+
+
 def interval(updates: int, ready: int) -> int:
     """The number of iterations between two population steps for a run of `updates`
     iterations, so that every interval runs the same `ready` iterations and none is
@@ -113,7 +121,7 @@ def interval(updates: int, ready: int) -> int:
     ready = check_int("interval: ready", ready, 1, updates)
     if updates % ready == 0:
         return ready
-    divisors = [k for k in range(1, updates + 1) if updates % k == 0]
+    divisors = _divisors(updates)
     below = max(k for k in divisors if k < ready)
     above = min(k for k in divisors if k > ready)
     chosen = below if ready - below <= above - ready else above

@@ -9,7 +9,8 @@ Adding a tuner: write `hcjax/tuners/<name>.py` whose factory
 
 Modules: `hypercontroller` (Algorithm 1 of the paper), `fixed`, `random`,
 `random_start`, `gp_ucb`, `pb2`, `hyperband`; helpers `gp_common` (the GP tuners'
-shared machinery) and `stacked` (several tuners in one program, chosen per agent).
+shared machinery), `stacked` (several tuners in one program, chosen per agent) and
+`start` (a tuner whose first configuration is given: `make_tuner(..., start=...)`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, TUNERS, Tuner, documented, scalar_objective_tell
 from hcjax.tuners import fixed, gp_ucb, hyperband, hypercontroller, pb2, random, random_start  # noqa: F401  (register)
+from hcjax.tuners.start import starting_at
 
 
 def available() -> tuple[str, ...]:
@@ -30,8 +32,14 @@ def options(name: str) -> dict[str, Any]:
     return TUNERS.options(name)
 
 
-def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, **config) -> Tuner:
+def make_tuner(name: str, space: Space, *, start=None, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+               **config) -> Tuner:
     """Build the tuner `name` over `space` with its `config` options (see `options(name)`).
+
+    start: None (the method's own first configuration), "default" (the space's defaults) or
+    (h,) values in natural units (a categorical's option index): the first `ask` returns
+    them and the next `tell` observes them; from the second ask on the tuner is itself
+    (`hcjax.tuners.start`: how a study starts a tuner from a poor default).
 
     memory_limit_gib: the most memory one agent's tuner may need (`Tuner.memory_bytes`:
     state plus the largest temporary of ask/tell, estimated before anything is
@@ -44,4 +52,6 @@ def make_tuner(name: str, space: Space, *, memory_limit_gib: float = DEFAULT_MEM
     each agent's objective is a scalar.
     """
     tuner = TUNERS.make(name, space, memory_limit_gib, config)
+    if start is not None:
+        tuner = starting_at(tuner, start)
     return documented(tuner._replace(tell=scalar_objective_tell(name, tuner.tell)))

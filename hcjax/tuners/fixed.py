@@ -28,6 +28,11 @@ def constant_values(state: ConstantState) -> jax.Array:
     return state.values
 
 
+def constant_place(space: Space):
+    """`place` of the tuners with a ConstantState: hold `values` (h,) (clipped into the space)."""
+    return lambda state, values: state.replace(values=space.clip(jnp.asarray(values, jnp.float32)))
+
+
 def constant_memory(h: int) -> int:
     """Estimated peak bytes of one `ConstantState` tuner: the state twice (a jitted call
     returns a copy) and the temporaries of one uniform draw (about 12 h bytes + 1 KiB)."""
@@ -77,4 +82,4 @@ def fixed(space: Space, *, values=None, memory_limit_gib: float = DEFAULT_MEMORY
         del key
         return state, state.values
 
-    return Tuner("fixed", space, init, ask, count_invalid, memory, constant_values)
+    return Tuner("fixed", space, init, ask, count_invalid, memory, constant_values, place=constant_place(space))

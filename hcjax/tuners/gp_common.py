@@ -233,7 +233,11 @@ def make_gp_tuner(name: str, space: Space, spec: GPSpec, *, buffer: int, candida
         """(h,) the configuration in effect: `current` decoded."""
         return space.decode(state.current)
 
-    return Tuner(name, space, init, ask, tell, memory, values, index_bounds=(("ptr", N),))
+    def place(state, values):
+        """`values` (h,) in effect: its unit coordinates are the next observation's inputs."""
+        return state.replace(current=space.encode(space.clip(jnp.asarray(values, jnp.float32))))
+
+    return Tuner(name, space, init, ask, tell, memory, values, index_bounds=(("ptr", N),), place=place)
 
 
 __all__ = ["GPSpec", "GPTunerState", "LENGTHSCALES", "NOISE_RATIOS", "check_gp_options", "gp_memory",

@@ -178,5 +178,10 @@ def hyperband(space: Space, *, budget: int = 200, eta: int = 3,
         """(h,) the candidate in effect (before the first ask: the first of init's table)."""
         return state.configs[state.slot]
 
+    def place(state, values):
+        """`values` (h,) become the candidate in effect (its slot's configuration): they are scored,
+        kept or dropped by the bracket like any candidate."""
+        return state.replace(configs=state.configs.at[state.slot].set(space.clip(jnp.asarray(values, jnp.float32))))
+
     return Tuner("hyperband", space, init, ask, tell, memory, values,
-                 index_bounds=(("order", n_slots), ("slot", n_slots), ("pos", length)))
+                 index_bounds=(("order", n_slots), ("slot", n_slots), ("pos", length)), place=place)

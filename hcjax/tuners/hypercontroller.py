@@ -204,6 +204,22 @@ def draw_arms(key: jax.Array, n_arms: jax.Array, D: int, masked: bool) -> jax.Ar
     return jax.random.randint(key, n_arms.shape, 0, n_arms if masked else D, jnp.int32)
 
 
+def arm_units(space: Space, grid: np.ndarray, n_arms: np.ndarray) -> np.ndarray:
+    """(h, D) float32: each arm's position on its hyperparameter's scale in [0, 1] (a
+    categorical's arm j: option j's bin centre), NaN for the masked arms j >= n_arms[i]."""
+    units = np.asarray(space.encode(jnp.asarray(grid.T))).T.copy()  # (h, D): column j is arm j of every row
+    units[np.arange(grid.shape[1])[None, :] >= n_arms[:, None]] = np.nan
+    return units.astype(np.float32)
+
+
+def nearest_arms(space: Space, unit_arms: jax.Array, values: jax.Array) -> jax.Array:
+    """(h,) int32: per hyperparameter, the arm nearest `values` (h,) on its scale (`arm_units`
+    (h, D); a categorical: the option itself); of two equally near, the lower."""
+    u = space.encode(space.clip(jnp.asarray(values, jnp.float32)))  # (h,)
+    distance = jnp.where(jnp.isnan(unit_arms), jnp.inf, jnp.abs(unit_arms - u[:, None]))
+    return jnp.argmin(distance, axis=1).astype(jnp.int32)
+
+
 def controller_memory(h: int, d: int, s: int) -> int:
     """Estimated peak bytes of one controller: the state twice (a jitted tell returns a
     new copy of `models`, (h, d^s, d, s*s + 2s) float32) plus ask's (h, d, .) temporaries."""
@@ -281,6 +297,11 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         """(h,) the arms in effect, in natural units."""
         return grid[rows, state.arms]
 
+    def place(state, values):
+        """The arms nearest `values` (h,) in effect (`nearest_arms`)."""
+        return state.replace(arms=nearest_arms(space, unit_arms, values))
+
+    unit_arms = jnp.asarray(arm_units(space, np.asarray(grid), np.asarray(n_arms)))
     arms = tuple(int(n) for n in space.arm_grid(d)[1])  # arm i in [0, n_arms[i]) (host ints: n_arms may be traced)
     return Tuner("hypercontroller", space, init, ask, tell, memory, values,
-                 index_bounds=(("arms", arms), ("history", arms)))
+                 index_bounds=(("arms", arms), ("history", arms)), place=place)

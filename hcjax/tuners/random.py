@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register
-from hcjax.tuners.fixed import ConstantState, constant_memory, constant_values, count_invalid
+from hcjax.tuners.fixed import ConstantState, constant_memory, constant_place, constant_values, count_invalid
 
 
 def sample(space: Space, key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
@@ -28,4 +28,4 @@ def random(space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) 
         values = sample(space, key)
         return state.replace(values=values), values
 
-    return Tuner("random", space, init, ask, count_invalid, memory, constant_values)
+    return Tuner("random", space, init, ask, count_invalid, memory, constant_values, place=constant_place(space))

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from hcjax.space import Space
 from hcjax.tuner import DEFAULT_MEMORY_LIMIT_GIB, Tuner, check_memory, register
-from hcjax.tuners.fixed import ConstantState, constant_memory, constant_values, count_invalid
+from hcjax.tuners.fixed import ConstantState, constant_memory, constant_place, constant_values, count_invalid
 from hcjax.tuners.random import sample
 
 
@@ -22,4 +22,5 @@ def random_start(space: Space, *, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT
         del key
         return state, state.values
 
-    return Tuner("random_start", space, init, ask, count_invalid, memory, constant_values)
+    return Tuner("random_start", space, init, ask, count_invalid, memory, constant_values,
+                 place=constant_place(space))
