@@ -224,6 +224,7 @@ def interleaved(programs: dict, rounds: int, carry: bool = True) -> dict:
 def row(kind: str, env_name: str, agents: int, frames: int, seconds: dict) -> dict:
     """A table row: frames/s of each side (median round), hcjax / rejax speed (median, range)."""
     ratios = [r / h for r, h in zip(seconds["rejax"], seconds["hcjax"])]
+    print(f"  hcjax / rejax {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})", flush=True)
     return {"kind": kind, "env": env_name, "agents": agents, "frames": frames,
             "rejax_fps": frames / statistics.median(seconds["rejax"]),
             "hcjax_fps": frames / statistics.median(seconds["hcjax"]), "hcjax_over_rejax": statistics.median(ratios),
