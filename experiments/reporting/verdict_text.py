@@ -121,8 +121,13 @@ def _cost(rows: dict, whose: str = "its") -> str:
     return " and ".join(parts)
 
 
-def _seeds(seeds: int, envs: int) -> str:
-    return f"on {seeds} test seeds" + (f" in each of {envs} environments" if envs > 1 else "")
+def _seeds(seeds: int, envs: int, draws: int = 1) -> str:
+    """'on 20 test seeds in each of 3 environments'; draws > 1: the sweep's incumbents, one per draw,
+    each on the test seeds (its `seeds` runs are draws x the test seeds)."""
+    where = f" in each of {envs} environments" if envs > 1 else ""
+    if draws > 1:
+        return f"on {seeds // draws} test seeds{where} (the incumbents of its {draws} draws)"
+    return f"on {seeds} test seeds{where}"
 
 
 def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
@@ -148,7 +153,8 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
         parts += [_recovery(r, c.removeprefix(LANDING), started=False) for c, r in mine.items()
                   if c.startswith(LANDING)]
-        seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
+        draws = sweep.get("repeats", 1) if method == SWEEP else 1
+        seeds = _seeds(first["seeds"], len(first["envs"]), draws) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
             else method_label(method)
         out[method] = f"{name[0].upper()}{name[1:]} {seeds}: {'; '.join(parts)}."
