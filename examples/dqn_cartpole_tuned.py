@@ -122,4 +122,5 @@ if __name__ == "__main__":
     greedy = np.asarray(out["metrics"]["greedy_return"], np.float64)  # (seeds, updates), NaN between evaluations
     evaluated = greedy[:, ~np.isnan(greedy).any(0)]
     print("greedy return of the last 3 evaluations, per seed:", np.round(evaluated[:, -3:], 1).tolist())
-    print(hcjax.control.report(evaluated[:, -3:].mean(1), controls))
+    final = {k: out["metrics"][k][:, -1] for k in SPACE.names}  # each agent's hyperparameters at the end
+    print(hcjax.control.report(evaluated[:, -3:].mean(1), controls, hyperparameters=final))

@@ -147,4 +147,4 @@ if __name__ == "__main__":
     done, returns = info["returned_episode"], info["returned_episode_returns"]
     last = (returns * done)[:, -10:].sum((1, 2, 3)) / done[:, -10:].sum((1, 2, 3))
     print("mean return of the episodes finished in the last 10 updates, per seed:", np.round(np.asarray(last), 1))
-    print(hcjax.control.report(last, controls))
+    print(hcjax.control.report(last, controls, hyperparameters={k: info[k][:, -1] for k in SPACE.names}))

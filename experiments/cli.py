@@ -12,18 +12,23 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
 
+from agents.envs import backend as agent_backend
+from agents.envs import table as agent_table
 from experiments import deps
 from experiments.benchmarks import bench as bench_scripts
-from experiments.reporting import export, plots, verdict
+from experiments.reporting import export, plots, tables, verdict
 from experiments.study import api, interrupts, presets, processes, schedules, studyfile, unfinished
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.files import check_writable_dir
 from experiments.study.spacetext import parse_hyperparameter
 from experiments.study.store import StudyBusy, StudyDir
+from hcjax.calls import FewSeedsWarning
+from hcjax.extras import PROVIDED_BY, install_hint
 
 EXIT_STATUS = """exit status: 0 done; 2 the user's mistake (bad arguments or configuration, an --out
 that is a file, unwritable, in use by another run, or holding another study, a link or a
@@ -174,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("--env-factory", metavar="MODULE:FUNCTION",
                        help="for a unit of your own environment: the factory that makes it (imported and CALLED); "
                             "default the factory the unit recorded")
+    again.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
     shown = sub.add_parser("presets", help="print the presets and their reductions from the paper")
     shown.add_argument("--toml", metavar="NAME", help="print preset NAME as a study file instead")
@@ -182,17 +188,25 @@ def parser() -> argparse.ArgumentParser:
 
 
 def describe_presets() -> str:
+    """Every preset, its environments (those of a library not installed named with the extra
+    that brings it), methods, sizes, space and reductions from the paper."""
     lines = []
     for p in presets.PRESETS.values():
-        plan = presets.resolve(p.name)
+        chosen = [presets.choose_env(name, p, installed=False) for name in p.envs]
         lines.append(f"{p.name}: {p.description}")
-        lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({e.path})' for e in plan.envs)}")
+        lines.append(f"  envs: {', '.join(f'{e.label} -> {e.make} ({_library(e.path)})' for e in chosen)}")
         lines.append(f"  methods: {', '.join(p.methods)}; seeds {p.seeds}; iterations {p.iterations}; "
                      f"PPO {dict(p.ppo)}")
         lines.append(f"  space: {', '.join(_describe_hyperparameter(h) for h in p.space)}")
         for r in p.reductions:
             lines.append(f"  - {r}")
     return "\n".join(lines)
+
+
+def _library(backend: str) -> str:
+    """The backend's name, and the extra to install when it is not installed."""
+    missing = agent_backend.problem(agent_table.BY_NAME[backend])
+    return backend if missing is None else f"{backend}, not installed: {install_hint(PROVIDED_BY[backend])}"
 
 
 def _describe_hyperparameter(h: dict) -> str:
@@ -212,6 +226,11 @@ def cmd_presets(args) -> int:
         raise UsageError(f"unknown preset {args.toml!r}; allowed: {', '.join(presets.PRESETS)}")
     print(studyfile.dumps(presets.PRESETS[args.toml]), end="")
     return 0
+
+
+def _say(msg: str) -> None:
+    """A line of `hcjax run`'s progress before its study directory is open (stderr)."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 def _in_config(args, error: ValueError) -> str:
@@ -268,10 +287,16 @@ def run_study(args) -> int:
     # -- checks: any problem here is the user's (exit 2); nothing is compiled yet --
     try:
         study = study_of(args)
-        with _without_known_prints():  # resolving names imports the registries
-            study.check(args.memory_limit_gib)
+        with _without_known_prints(), warnings.catch_warnings(record=True) as said:  # names import the registries
+            warnings.simplefilter("always", FewSeedsWarning)
+            study.check(args.memory_limit_gib, log=_say)
     except ValueError as e:
         raise UsageError(_in_config(args, e)) from None
+    for w in said:  # a study too small for a claim: said before any work, and the run goes on
+        if issubclass(w.category, FewSeedsWarning):
+            print(f"hcjax run: warning: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     with contextlib.ExitStack() as stack:
         try:
             run = stack.enter_context(study.open(args.out, progress=not args.no_progress,
@@ -279,6 +304,7 @@ def run_study(args) -> int:
                                                  memory_limit_gib=args.memory_limit_gib))
         except (StudyBusy, ValueError) as e:
             raise UsageError(e) from None
+        run.started = args.started  # the estimate counts the whole command
         return _run_locked(args, run)
 
 
@@ -396,11 +422,14 @@ def cmd_replay(args) -> int:
     factories_from_here()
     try:
         check_writable_dir(args.out, "--out")
-        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory)
+        result = schedules.replay(args.dir, args.unit, args.seeds, out=args.out, envs=args.env_factory,
+                                  progress=not args.no_progress)
     except (ValueError, StudyBusy) as e:
         raise UsageError(e) from None
     path = StudyDir(args.out).unit_path(result.meta["env"], result.meta["method"])
     print(f"replayed {args.unit} on seeds {list(args.seeds)}: {path}")
+    print("The source unit (its own seeds) and the replay (the new seeds):\n")
+    print(tables.summary([schedules.source_unit(args.dir, args.unit), result]), flush=True)
     return 0
 
 
@@ -422,13 +451,16 @@ COMMANDS = {"run": cmd_run, "plot": cmd_plot, "verdict": cmd_verdict, "export": 
             "bench": cmd_bench, "info": cmd_info, "presets": cmd_presets}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, started: float | None = None) -> int:
+    """The command; started: time.monotonic() when the process began (`hcjax run`'s estimate
+    counts the seconds since; default now)."""
     # gymnasium.logger (imported with experiments.study.api's gymnasium.error) put its own
     # DeprecationWarning filter first on import: these go before it
     for category, message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     ap = parser()
     args = ap.parse_args(argv)  # bad arguments: argparse exits with status 2
+    args.started = time.monotonic() if started is None else started
     previous = {}  # the handlers before, put back on return: a caller's process (a test's) keeps its own
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):

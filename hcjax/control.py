@@ -18,10 +18,12 @@ the defaults, and every agent is in one program. A control agent's numbers are t
 `fixed` run alone; a tuned agent's those of the tuner run alone.
 
 `report` compares one score per agent (e.g. the final greedy return) between the two
-groups with the statistics of experiments.reporting.stats (rliable's): P(tuned > control)
-(the Mann-Whitney statistic) with a 95% percentile interval from a bootstrap over each
-group's seeds, and each group's IQM with its interval. Its sentence says "better" or
-"worse" when the interval excludes 0.5, else "not separated".
+groups: P(tuned > control) (the Mann-Whitney statistic), its call by `hcjax.calls` ("better"
+or "worse" where the exact permutation test gives p <= 0.05, "not separated", or "too few
+seeds to tell" below what any outcome could separate) with the 95% percentile interval of a
+bootstrap over each group's seeds where it can be trusted (`hcjax.calls.call`), each group's
+mean and IQM, and the tuned runs that collapsed below the worst control, named with their
+seeds and final hyperparameters.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hcjax.stats import CONFIDENCE, REPS, interval, iqm, mann_whitney, mann_whitney_boot, resample
+from hcjax import calls
+from hcjax.stats import CONFIDENCE, REPS, interval, iqm, mann_whitney_boot, resample
 from hcjax.tuner import Tuner, check_float, check_int
 from hcjax.tuners import make_tuner
 from hcjax.tuners.stacked import StackedState, select, stack
@@ -80,17 +83,26 @@ def is_control(state: StackedState) -> jax.Array:
 
 def controls(n: int) -> np.ndarray:
     """(n,) bool: which of n agents are controls, every second one (1, 3, 5, ...), so that
-    the two groups take alternate seeds; n >= 4 (two agents in each group at least)."""
+    the two groups take alternate seeds; n >= 4 (two agents in each group at least). Below
+    2 * hcjax.calls.MIN_SEEDS agents it warns (FewSeedsWarning): no report can call a
+    difference with fewer than MIN_SEEDS agents in a group."""
     n = check_int("controls.n", n, 4)
+    calls.warn_few_seeds(n // 2, f"the control group of controls({n})")
     return np.arange(n) % 2 == 1
 
 
 class ControlReport(NamedTuple):
-    """The tuned agents against their control group (`report`): p: P(tuned > control),
-    p_ci: its (low, high) interval; iqm_tuned, iqm_control and their (low, high)
-    intervals; n_tuned, n_control: the agents with a finite score, n_dropped: those
-    without; verdict: 'better', 'worse', 'not separated' or 'not testable' (fewer than 2
-    agents in a group); str() is one plain sentence."""
+    """The tuned agents against their control group (`report`): p: P(tuned > control);
+    p_ci: its (low, high) interval, NaNs where none is shown (`hcjax.calls.call`: too few
+    agents, or an interval that would not agree with the call); p_value: the exact (or Monte
+    Carlo) permutation test's; test: which; iqm_tuned, iqm_control and their intervals (NaNs
+    below hcjax.calls.MIN_INTERVAL agents); mean_tuned, mean_control and their standard
+    errors se_tuned, se_control; n_tuned, n_control: the agents with a finite score,
+    n_dropped: those without; verdict: 'better', 'worse', 'not separated', 'too few seeds to
+    tell' or 'not testable' (a group without a finite score); collapsed: the tuned runs below
+    the worst control ({'seed', 'score', 'floor', 'hyperparameters'}, `hcjax.calls.collapsed`);
+    call: the hcjax.calls.Call (None when not testable); seed_word: how a run is named ('seed'
+    with the given seed ids, 'agent' with indices); str() is one plain sentence."""
 
     p: float
     p_ci: tuple[float, float]
@@ -102,31 +114,66 @@ class ControlReport(NamedTuple):
     n_control: int
     n_dropped: int
     verdict: str
+    p_value: float = float("nan")
+    test: str = ""
+    mean_tuned: float = float("nan")
+    mean_control: float = float("nan")
+    se_tuned: float = float("nan")
+    se_control: float = float("nan")
+    collapsed: tuple = ()
+    call: calls.Call | None = None
+    seed_word: str = "seed"
 
     def __str__(self) -> str:
         if self.verdict == "not testable":
             return (f"tuned against its control: not testable ({self.n_tuned} tuned and {self.n_control} control "
-                    "agents with a finite score; the bootstrap needs 2 in each)")
-        lo, hi = self.p_ci
+                    "agents with a finite score)")
         head = {"better": "tuned better than its control", "worse": "tuned worse than its control",
-                "not separated": "tuned and its control not separated"}[self.verdict]
-        text = (f"{head}: P(tuned > control) = {self.p:.2f} [{lo:.2f}, {hi:.2f}]; IQM {self.iqm_tuned:.4g} tuned "
-                f"[{self.iqm_tuned_ci[0]:.4g}, {self.iqm_tuned_ci[1]:.4g}], {self.iqm_control:.4g} control "
-                f"[{self.iqm_control_ci[0]:.4g}, {self.iqm_control_ci[1]:.4g}] ({self.n_tuned} and "
-                f"{self.n_control} seeds)")
+                "not separated": "tuned and its control not separated"}.get(self.verdict, f"tuned against its "
+                                                                                    f"control: {self.call.words}")
+        fell = calls.collapse_text(list(self.collapsed), self.n_tuned, "tuned",
+                                   lambda r: calls.run_text(r, self.seed_word),
+                                   calls.by_chance([(self.n_tuned, self.n_control)]))
+        if fell:
+            head += f", {'but' if self.verdict == 'better' else 'and'} {fell}"
+        p = f"P(tuned > control) = {self.call.numbers}"
+        if not self.call.no_interval:
+            p += f", {calls.p_text(self.p_value, self.test)}"
+        text = (f"{head}: {p}; mean {_mean(self.mean_tuned, self.se_tuned)} tuned, "
+                f"{_mean(self.mean_control, self.se_control)} control (± s.e.); IQM {self.iqm_tuned:.4g} tuned"
+                f"{_ci(self.iqm_tuned_ci)}, {self.iqm_control:.4g} control{_ci(self.iqm_control_ci)} "
+                f"({self.n_tuned} and {self.n_control} seeds)")
         if self.n_dropped:
-            text += f"; {self.n_dropped} agents without a finite score left out"
+            text += f"; {self.n_dropped} agent{'s' if self.n_dropped > 1 else ''} without a finite score left out"
         if self.verdict == "worse":
             text += "; see the ranges (docs/own-training-loop.md, any algorithm)"
         return text
 
 
-def report(scores, control, reps: int = REPS, seed: int = 0, confidence: float = CONFIDENCE) -> ControlReport:
+def _mean(mean: float, se: float) -> str:
+    return f"{mean:.4g} ± {se:.3g}" if np.isfinite(se) else f"{mean:.4g}"
+
+
+def _ci(ci) -> str:
+    return f" [{ci[0]:.4g}, {ci[1]:.4g}]" if np.isfinite(ci[0]) else ""
+
+
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    """(mean, standard error) of (n,) finite scores; the error NaN for fewer than 2."""
+    return float(x.mean()) if x.size else float("nan"), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 \
+        else float("nan")
+
+
+def report(scores, control, reps: int = REPS, seed: int = 0, confidence: float = CONFIDENCE, seeds=None,
+           hyperparameters=None) -> ControlReport:
     """scores: (n,) one score per agent, higher is better (NaN or inf: no score, left out);
     control: (n,) bool, True for the control agents (`controls(n)`, or `is_control` of the
-    final tuner states) -> ControlReport. The bootstrap resamples each group's seeds
-    (`reps` replicates, generators seeded by `seed`), as experiments.reporting.stats does
-    for one environment."""
+    final tuner states); seeds: (n,) the agents' seed ids for naming collapsed runs (default:
+    their index, named 'agent i'); hyperparameters: name -> (n,) each agent's final values
+    (e.g. `SPACE.as_dict(TUNER.values(final_states))`), named beside a collapsed run ->
+    ControlReport. The bootstrap resamples each group's seeds (`reps` replicates, generators
+    seeded by `seed`), as experiments.reporting.stats does for one environment; the call is
+    `hcjax.calls.call`'s."""
     scores = np.asarray(scores, np.float64)
     control = np.asarray(control)
     if scores.ndim != 1 or control.shape != scores.shape or control.dtype != np.bool_:
@@ -134,16 +181,27 @@ def report(scores, control, reps: int = REPS, seed: int = 0, confidence: float =
                          f"and {control.shape} (dtype {control.dtype})")
     reps = check_int("report.reps", reps, 1)
     confidence = check_float("report.confidence", confidence, 0.0, 1.0, low_open=True)
+    ids = np.arange(scores.size) if seeds is None else np.asarray(seeds).ravel()
+    hp = {k: np.asarray(v, np.float64).ravel() for k, v in (hyperparameters or {}).items()}
+    if ids.shape != scores.shape or any(v.shape != scores.shape for v in hp.values()):
+        raise ValueError(f"report: seeds and every hyperparameters entry must be (n,) = {scores.shape}, got "
+                         f"{ids.shape} and {({k: v.shape for k, v in hp.items()})}")
     ok = np.isfinite(scores)
     tuned, fixed = scores[ok & ~control], scores[ok & control]
     nan2 = (float("nan"), float("nan"))
-    counts = dict(n_tuned=int(tuned.size), n_control=int(fixed.size), n_dropped=int((~ok).sum()))
-    if min(tuned.size, fixed.size) < 2:
+    (mt, st), (mc, sc) = _mean_se(tuned), _mean_se(fixed)
+    counts = dict(n_tuned=int(tuned.size), n_control=int(fixed.size), n_dropped=int((~ok).sum()), mean_tuned=mt,
+                  mean_control=mc, se_tuned=st, se_control=sc, seed_word="agent" if seeds is None else "seed")
+    if min(tuned.size, fixed.size) < 1:
         return ControlReport(float("nan"), nan2, float(iqm(tuned)), nan2, float(iqm(fixed)), nan2,
                              verdict="not testable", **counts)
-    p_lo, p_hi = interval(mann_whitney_boot(tuned, fixed, reps, seed, STRATUM, ("tuned", "control")), confidence)
-    iqm_ci = [tuple(float(v) for v in interval(iqm(resample(x, reps, seed, STRATUM, name)), confidence))
+    boot = interval(mann_whitney_boot(tuned, fixed, reps, seed, STRATUM, ("tuned", "control")), confidence)
+    made = calls.call([tuned], [fixed], boot, confidence, seed)
+    iqm_ci = [nan2 if min(tuned.size, fixed.size) < calls.MIN_INTERVAL else
+              tuple(float(v) for v in interval(iqm(resample(x, reps, seed, STRATUM, name)), confidence))
               for x, name in ((tuned, "tuned"), (fixed, "control"))]
-    verdict = "better" if p_lo > 0.5 else "worse" if p_hi < 0.5 else "not separated"
-    return ControlReport(mann_whitney(tuned, fixed), (float(p_lo), float(p_hi)), float(iqm(tuned)), iqm_ci[0],
-                         float(iqm(fixed)), iqm_ci[1], verdict=verdict, **counts)
+    mine = ok & ~control
+    fell = calls.collapsed(scores[mine], [fixed], ids[mine], {k: v[mine] for k, v in hp.items()})
+    return ControlReport(made.p, made.ci, float(iqm(tuned)), iqm_ci[0], float(iqm(fixed)), iqm_ci[1],
+                         verdict=made.verdict, p_value=made.p_value, test=made.test, collapsed=tuple(fell),
+                         call=made, **counts)

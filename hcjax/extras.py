@@ -12,6 +12,7 @@ table against it):
     studies    the `hcjax` command (experiments/): agents + figures, progress, TensorBoard, pandas
     export     studies + Parquet tables (pyarrow)
     all        everything the command and its presets use
+    peers      rejax, pinned: the benchmark against its PPO (experiments/benchmarks/bench_peers.py)
 
 Usage, where an optional package is first needed (a package's __init__ for what its modules
 import at module level):
@@ -34,6 +35,7 @@ PROVIDED_BY = {
     "matplotlib": "studies", "tqdm": "studies", "filelock": "studies", "tensorboardX": "studies",
     "tensorboard": "studies", "pandas": "studies",
     "pyarrow": "export",
+    "rejax": "peers",
 }
 
 

@@ -25,7 +25,7 @@ from experiments.study import build, estimate
 from experiments.study.store import StudyDir
 from tests import tiny_env
 from tests.cli_runs import tiny_study
-from tests.test_readme import JUMANJI_BY_NAME, LEVERS_ADAPTER, run_block
+from tests.test_readme import JUMANJI_BY_NAME, LEVERS_ADAPTER, OWN_OBJECTS, XLAND_RULESET, run_block
 
 TINY_PPO = dict(num_envs=2, hidden_sizes=[8], update_epochs=1, num_minibatches=2, batch_size=8, eval_steps=8)
 SPACE = [dict(name="learning_rate", low=1e-4, high=1e-2, scale="log")]
@@ -82,6 +82,30 @@ def test_a_tiny_study_of_each_library_by_name(name, tmp_path):
         result, lines = tiny([name], tmp_path / "study")
     check_ran(result, name, lib)
     assert lines is None or any(line.startswith("hcjax run: study study,") for line in lines)  # named by its name
+
+
+@pytest.mark.slow
+def test_each_librarys_own_object_is_taken_as_it_is():
+    """docs/environment-libraries.md's objects of jumanji, NAVIX, XLand-MiniGrid and Pgx, as
+    written: each made and traced in one study's plan, its backend named by its library."""
+    for lib in ("jumanji", "navix", "xminigrid", "pgx"):
+        library(lib)
+    plan = run_block(OWN_OBJECTS)["plan"]
+    assert [(e.label, e.path) for e in plan.envs] == [("snake", "jumanji"), ("empty", "navix"),
+                                                      ("minigrid", "xminigrid"), ("2048", "pgx")]
+
+
+@pytest.mark.slow
+def test_an_xland_task_takes_a_ruleset_and_is_refused_without_one():
+    library("xminigrid")
+    namespace = run_block(XLAND_RULESET)
+    with_ruleset = envs.make(namespace["make_hold_ball"]())
+    assert with_ruleset.obs_size == namespace["env"].obs_size and with_ruleset.backend == "xminigrid"
+    for made in (lambda: envs.make("xminigrid/XLand-MiniGrid-R1-9x9"),
+                 lambda: experiments.Study(envs=["xminigrid/XLand-MiniGrid-R1-9x9"], methods=["fixed"], seeds=1,
+                                           iterations=1).check()):
+        with pytest.raises(ValueError, match=r"needs a ruleset.*Give ruleset="):
+            made()
 
 
 class Imitation:
@@ -174,17 +198,21 @@ def test_the_pages_hand_written_adapter_is_made_traced_and_probed(tmp_path):
 
 
 def test_the_estimate_charges_a_probed_environment(monkeypatch):
+    """Its measured compilation ENV_COMPILE times (its step is in the initial state, the evaluation
+    and the training segment), and its measured step per sequential step of the copies a
+    program steps: agents x num_envs in the rollout, agents x eval_episodes in an evaluation."""
     plan = experiments.Study(envs={"walk": tiny_env.make_walk()}, methods=["fixed"], seeds=2, iterations=10,
                              eval_every=5, space=SPACE, ppo=TINY_PPO).plan()
     env = plan.envs[0]
     assert build.measured(env) and build.probe_batch(plan, env) == 2 * 2
     costs = {}
     for compile_s, step_s in ((0.0, 0.0), (100.0, 0.0), (0.0, 0.01)):
-        monkeypatch.setattr(build, "probe", lambda plan, env: envs.Probe("walk", 4, 7, compile_s, step_s, 1, 0, 1))
-        costs[compile_s, step_s] = estimate.group_seconds(plan, env, ["fixed"], speed=2.0)[1]
-    assert math.isclose(costs[100.0, 0.0] - costs[0.0, 0.0], 2 * 100.0 / 2.0)  # two programs, at contention 2
-    steps = 8 // 2  # a rollout of batch_size / num_envs steps of all 4 copies
-    evaluations = 8 * (1 / 2) * 3  # eval_steps x (2 agents x 1 episode, of the 4 copies) x 3 evaluations
-    assert math.isclose(costs[0.0, 0.01] - costs[0.0, 0.0], 0.01 / 2.0 * (10 * steps + evaluations))
-    frames, _ = estimate.group_seconds(plan, env, ["fixed"], speed=2.0, done=6)  # resumed at iteration 6
-    assert frames == 2 * 4 * 8
+        probe = envs.Probe("walk", 4, 7, 50.0, 50.0, 1, 0, 1, compile_cpu_seconds=compile_s, step_cpu_seconds=step_s)
+        monkeypatch.setattr(build, "probe", lambda plan, env, probe=probe: probe)
+        costs[compile_s, step_s] = estimate.group_parts(plan, env, ["fixed"])
+    assert math.isclose(costs[100.0, 0.0]["serial"] - costs[0.0, 0.0]["serial"], estimate.ENV_COMPILE * 100.0)
+    steps = 8 // 2  # a rollout of batch_size / num_envs steps of 2 agents x 2 envs, 10 iterations
+    evaluations = 8 * 2 * 2  # eval_steps steps of 2 agents x 1 episode, at iterations 5 and 10
+    assert math.isclose(costs[0.0, 0.01]["parallel"] - costs[0.0, 0.0]["parallel"],
+                        0.01 / 4 * (10 * steps * 4 + evaluations))
+    assert estimate.group_parts(plan, env, ["fixed"], done=6)["frames"] == 2 * 4 * 8  # resumed at iteration 6

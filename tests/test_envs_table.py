@@ -97,3 +97,36 @@ def test_evaluating_a_host_env_names_the_driver():
     with pytest.raises(ValueError, match="host \\(gymnasium\\) env; use agents.driver.run") as err:
         learner.evaluate(None, jax.random.PRNGKey(0))
     assert "evaluate_host" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_names_known_without_a_library_are_its_registry():
+    """known.NAMES answers names of brax and the optional libraries while they are not
+    installed: each list is the installed library's registry (the dev extra installs them all
+    on Python 3.12; elsewhere those present are checked)."""
+    from agents.envs import backend, known, table
+
+    checked = []
+    for name, ids in known.NAMES.items():
+        lib = table.BY_NAME[name]
+        if backend.is_installed(lib.package):
+            assert set(lib.registry()) == set(ids), f"update agents/envs/known.py: {name}'s registry changed"
+            checked.append(name)
+    assert "brax" in checked  # the dev install has brax at least
+
+
+def test_a_library_not_installed_answers_from_its_known_names(monkeypatch):
+    from agents.envs import backend
+
+    real = backend.installed_version
+    monkeypatch.setattr(backend, "installed_version", lambda p: None if p in ("brax", "navix") else real(p))
+    with pytest.raises(ValueError, match=r"'halfcheetah'.*an environment of brax; brax is not installed.*\[brax\]"):
+        envs.resolve("halfcheetah")
+    with pytest.raises(ValueError, match=r"closest: gymnasium/Hopper-v4.*in libraries not installed: brax/hopper "
+                                         r"\(pip install \"hcjax\[brax\]\"\)"):
+        envs.resolve("Hoper-v4")
+    with pytest.raises(ValueError, match=r"'Navix-Empty-5x5-v0' is navix/Navix-Empty-5x5-v0.*navix is not installed"):
+        envs.resolve("Navix-Empty-5x5-v0")
+    assert envs.resolve("halfcheetah", installed=False) == envs.EnvSpec("brax", "halfcheetah")  # to describe it
+    assert not any(n.startswith(("brax/", "navix/")) for n in envs.names())  # only what make accepts
+    assert envs.resolve("CartPole-v1").backend == "gymnax"

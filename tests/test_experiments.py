@@ -239,8 +239,8 @@ def test_the_speed_guard_fails_below_its_bound_in_any_row(monkeypatch, tmp_path)
     (report passed False: exit status 1 as a script) when one row falls below it; it
     refuses to measure the suite's unoptimised programs."""
     ratios = {("Pendulum-v1", 1): 0.8, ("Pendulum-v1", 4): 0.8, ("CartPole-v1", 1): 0.8, ("CartPole-v1", 4): 0.55}
-    monkeypatch.setattr(bench_guard, "measure", lambda env, n, iters, rounds: dict(env=env, agents=n,
-                                                                                     ratio=ratios[env, n]))
+    monkeypatch.setattr(bench_guard, "measure", lambda env, n, iters, rounds, tuner, **ppo: dict(
+        env=env, agents=n, ratio=ratios[env, n]))
     monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
     out = str(tmp_path / "guard.json")
     assert bench_guard.main(["--quick", "--out", out])["passed"]

@@ -144,3 +144,12 @@ def test_the_table_beside_arlbench_holds_its_medians_and_ours_per_draw():
     assert ours[2] == f"{np.median(draws):.4g} [{min(draws):.4g}, {max(draws):.4g}]"
     assert "HC" in rows and rows["HC"][3].startswith("0.")  # the verdict's P(> default) cell
     assert "### Beside ARLBench's released runs" in result.markdown
+
+
+def test_the_headroom_figure_draws_every_environment_with_a_sweep(tmp_path):
+    from experiments.reporting import plots
+    units = U.study(0)
+    path = plots.figure_headroom(units, tmp_path / "headroom.png")
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
+    assert plots.figure_headroom([u for u in units if u.meta["method"] != "sweep"], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()

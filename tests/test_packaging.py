@@ -64,6 +64,11 @@ def test_import_hcjax_imports_no_optional_package():
     assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr)
 
 
+def test_the_install_page_lists_every_extra():
+    listed = re.findall(r"^\| `([a-z]+)` \|", (ROOT / "docs" / "install.md").read_text(), flags=re.MULTILINE)
+    assert sorted(listed) == sorted(PYPROJECT["optional-dependencies"])
+
+
 def test_base_dependencies_are_jax_and_numpy():
     assert {requirement_name(r) for r in PYPROJECT["dependencies"]} == {"jax", "jaxlib", "numpy"}
 
@@ -133,7 +138,7 @@ def test_core_install_runs_the_command_info_only():
     assert "info status 0" in out and f"hcjax        {hcjax.__version__}" in out
     assert 'extra agents missing flax, optax, chex, gymnax: pip install "hcjax[agents]"' in out
     assert "run status 2" in out
-    assert "hcjax: the command needs the 'studies' extra (gymnasium is not installed): " \
+    assert "hcjax: the command needs the 'studies' extra (flax is not installed): " \
            'pip install "hcjax[studies]"; without it only `hcjax info` runs' in result.stderr
     assert 'agents: the agents package (PPO) needs the \'agents\' extra (flax is not installed): ' \
            'pip install "hcjax[agents]"' in out
@@ -242,3 +247,45 @@ def test_every_public_module_without_an_optional_package_imports_or_names_its_ex
     assert not bare, f"blocking {package}: {bare}"
     lean = [m for m in ("experiments", "experiments.deps", "experiments.entry") if outcome[m] != "ok"]
     assert not lean, f"{lean} must import without {package} (a core install's `hcjax info`)"
+
+
+NAMES_WITHOUT_BRAX = """
+    import contextlib, io, json
+    from experiments import entry
+    said = {}
+    for args in (["presets"], ["run", "--envs", "CartPol-v1"], ["run", "--envs", "Craftax-Classic-Symbolic-v1"],
+                 ["run", "--envs", "Snake-v2"], ["run", "--envs", "tests.tiny_env:make_walk"],
+                 ["run", "--envs", "halfcheetah"], ["run", "--preset", "cpu"]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = entry.main(args + (["--out", "unused"] if args[0] == "run" else []))
+        said[" ".join(args)] = [code, out.getvalue(), err.getvalue()]
+    print(json.dumps(said))
+    """
+
+
+@pytest.mark.slow
+def test_names_on_the_readmes_install_answer_with_names_not_a_brax_traceback():
+    """The README's install (the studies extra: no brax, no box2d or MuJoCo): a name not found
+    is exit 2 with the closest names of every installed library, a library's name without its
+    prefix gives it, a factory in --envs says where it goes, a name of brax names the brax extra,
+    and `hcjax presets` lists every preset (a brax task marked with its extra)."""
+    result = run_python(NAMES_WITHOUT_BRAX, blocked=("brax", "mujoco", "Box2D"))
+    assert result.returncode == 0, result.stderr
+    said = json.loads(result.stdout.splitlines()[-1])
+    code, out, err = said["presets"]
+    assert code == 0 and "Traceback" not in err, err
+    assert 'HalfCheetah-v4 -> halfcheetah (brax, not installed: pip install "hcjax[brax]")' in out
+    assert "verdict: " in out and "CartPole-v1 -> CartPole-v1 (gymnax)" in out
+    for args, words in {"run --envs CartPol-v1": ["unknown environment 'CartPol-v1'", "closest: gymnax/CartPole-v1",
+                                                   "gymnasium/CartPole-v1"],
+                        "run --envs Craftax-Classic-Symbolic-v1": ["craftax/Craftax-Classic-Symbolic-v1",
+                                                                   "answer only to their prefix"],
+                        "run --envs Snake-v2": ["jumanji/Snake-v1"],
+                        "run --envs tests.tiny_env:make_walk": ["looks like a factory", "--env-factory"],
+                        "run --envs halfcheetah": ["an environment of brax", 'pip install "hcjax[brax]"'],
+                        "run --preset cpu": ["halfcheetah", 'pip install "hcjax[brax]"']}.items():
+        code, _, err = said[args]
+        assert code == 2 and "Traceback" not in err and "failed" not in err, (args, err)
+        for w in words:
+            assert w in err, (args, w, err)

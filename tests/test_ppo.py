@@ -11,6 +11,7 @@ import pytest
 import hcjax
 from agents import envs, ppo
 from agents import networks as nets
+from agents.ppo import adam
 from agents.ppo.learner import FLAT_MAX_PARAMS, make_optimizer
 from agents.wrappers import init_obs_stats, update_obs_stats
 from tests.conftest import optimized
@@ -192,6 +193,38 @@ def test_optimizer_is_clipped_adam_per_array(flat):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
     moments = jax.tree.leaves(jax.eval_shape(tx.init, f32[0]))[1]
     assert moments.shape == ((3 * 5 + 5 + 5,) if flat else (5,))  # Adam's moments: flat, else per array
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_the_learners_guarded_step_is_the_optimizer_and_rejects_whole_steps(flat):
+    """adam.step (the learner's update) on make_optimizer's injected state equals clipped Adam
+    (NumPy reference) over the accepted steps; a step refused by its caller (ok False) and one
+    with a NaN gradient leave the parameters and the whole optimiser state exactly as they were."""
+    rng = np.random.default_rng(1)
+    params = {"w": rng.normal(size=(3, 5)), "b": rng.normal(size=5), "v": rng.normal(size=(5, 1))}
+    good = [{k: rng.normal(size=v.shape) * scale for k, v in params.items()} for scale in (0.01, 0.02, 5.0, 9.0)]
+    nan = {k: np.full(v.shape, np.nan) for k, v in params.items()}
+    seq, oks = [good[0], good[1], good[2], nan, good[2], good[3]], [True, True, False, True, True, True]
+    opt = optax.inject_hyperparams(make_optimizer, static_args=("flat",))(
+        learning_rate=3e-3, max_grad_norm=1.0, adam_eps=1e-5, flat=flat)
+
+    @jax.jit
+    def run(params, seq, oks):
+        state, out = opt.init(params), []
+        for grads, ok in zip(seq, oks):
+            params, state, accepted = adam.step(state, params, grads, ok, flat)
+            out.append((params, state, accepted))
+        return out
+
+    f32 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), (params, seq))
+    out = jax.tree.map(np.asarray, run(*f32, np.asarray(oks)))
+    assert [bool(a) for _, _, a in out] == [True, True, False, False, True, True]
+    for k in (2, 3):  # rejected: bit for bit the previous step's parameters and state
+        jax.tree.map(np.testing.assert_array_equal, out[k][:2], out[1][:2])
+    want = numpy_clipped_adam(params, good, 3e-3, 1.0, 1e-5)
+    for (got, _, _), ref in zip([out[0], out[1], out[4], out[5]], want):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, ref)
+    assert int(out[-1][1].count) == 4 and int(out[-1][1].inner_state[1][0].count) == 4
 
 
 @pytest.mark.parametrize("hidden, flat", [((8,), True), ((64, 64), True), ((256, 256), False)])

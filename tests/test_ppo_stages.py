@@ -133,43 +133,55 @@ def test_minibatch_rows_match_numpy_slicing(n_valid):
     assert sorted(used) == sorted(np.flatnonzero(valid))  # every valid sample exactly once
 
 
+def counting(params, opt_state, batch, mask, ok):
+    """An update for update_epochs: params count the uses per sample, opt_state the steps taken
+    (only where ok: the minibatch is not empty)."""
+    new = params.at[batch["index"]].add(mask.astype(jnp.float32))
+    return jnp.where(ok, new, params), jnp.where(ok, opt_state + 1, opt_state), ok
+
+
 def test_update_epochs_uses_every_valid_sample_once_per_epoch_and_rejects_non_finite_updates():
+    """Every valid sample once per epoch; a step its update rejects (here: a NaN sample in
+    the minibatch, as adam.step rejects a NaN loss) keeps the state; an accepted step that
+    leaves a non-finite value undoes the iteration's epochs (the given state returned)."""
     N, M, epochs = 20, 3, 4
     L = -(-N // M)
     valid = jnp.asarray(np.arange(N) % 3 != 1)
     samples = dict(index=jnp.arange(N), poison=jnp.zeros(N).at[5].set(jnp.nan))
-
-    def count(params, opt_state, batch, mask):  # params: uses per sample; opt_state: updates applied
-        return params.at[batch["index"]].add(mask.astype(jnp.float32)), opt_state + 1
-
     keys = jax.random.split(jax.random.PRNGKey(0), epochs)
-    params, opt_state, rejected = jax.jit(lambda p: stages.update_epochs(count, p, jnp.int32(0), samples, valid, keys,
-                                                                         M, L))(jnp.zeros(N))
-    np.testing.assert_array_equal(np.asarray(params), epochs * np.asarray(valid, np.float32))
-    assert int(opt_state) == epochs * M and not bool(rejected)
 
-    def poisoned(params, opt_state, batch, mask):  # non-finite whenever sample 5 is in the minibatch
+    def poisoned(params, opt_state, batch, mask, ok):  # rejects the minibatch holding sample 5
+        return counting(params, opt_state, batch, mask, ok & ~jnp.any(mask & jnp.isnan(batch["poison"])))
+
+    def overflowing(params, opt_state, batch, mask, ok):  # accepts it, and its result is not finite
         bad = jnp.any(mask & jnp.isnan(batch["poison"]))
-        return params.at[batch["index"]].add(jnp.where(bad, jnp.nan, mask.astype(jnp.float32))), opt_state + 1
+        params, opt_state, ok = counting(params, opt_state, batch, mask, ok)
+        return jnp.where(bad, jnp.inf, params), opt_state, ok
 
-    params, opt_state, rejected = jax.jit(lambda p: stages.update_epochs(poisoned, p, jnp.int32(0), samples, valid,
-                                                                         keys, M, L))(jnp.zeros(N))
+    @jax.jit
+    def run(p):  # one program for the three updates
+        return [stages.update_epochs(u, p, jnp.int32(0), samples, valid, keys, M, L)
+                for u in (counting, poisoned, overflowing)]
+
+    (params, opt_state, rejected), poison, overflow = run(jnp.ones(N))
+    np.testing.assert_array_equal(np.asarray(params), 1 + epochs * np.asarray(valid, np.float32))
+    assert int(opt_state) == epochs * M and not bool(rejected)
+    params, opt_state, rejected = poison
     assert bool(rejected) and np.isfinite(np.asarray(params)).all()
     assert int(opt_state) == epochs * (M - 1)  # the minibatch holding sample 5 is rejected once per epoch
-    assert float(np.asarray(params)[5]) == 0.0
+    assert float(np.asarray(params)[5]) == 1.0
+    params, opt_state, rejected = overflow
+    assert bool(rejected) and int(opt_state) == 0
+    np.testing.assert_array_equal(np.asarray(params), np.ones(N))  # the epochs undone
 
 
 def test_update_epochs_skips_empty_minibatches():
     N, M = 8, 4
     valid = jnp.asarray(np.arange(N) < 2)  # 2 valid samples, 4 minibatches: 2 are empty
-
-    def count(params, opt_state, batch, mask):
-        return params.at[batch["index"]].add(mask.astype(jnp.float32)), opt_state + 1
-
-    params, opt_state, _ = jax.jit(lambda p: stages.update_epochs(  # one program, not one per primitive
-        count, p, jnp.int32(0), dict(index=jnp.arange(N)), valid, jax.random.split(jax.random.PRNGKey(2), 1), M, 2))(
-        jnp.zeros(N))
-    assert int(opt_state) == 2
+    params, opt_state, rejected = jax.jit(lambda p: stages.update_epochs(  # one program, not one per primitive
+        counting, p, jnp.int32(0), dict(index=jnp.arange(N)), valid, jax.random.split(jax.random.PRNGKey(2), 1), M,
+        2))(jnp.zeros(N))
+    assert int(opt_state) == 2 and not bool(rejected)  # skipped, not rejected: nothing diverged
     np.testing.assert_array_equal(np.asarray(params), np.asarray(valid, np.float32))
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 
 import numpy as np
 import pytest
 
 import experiments
+from experiments import cli
 from experiments.study import presets, protocol
 from experiments.study.plan import unit_groups, unit_seeds
 from experiments.study.store import load_units
+from hcjax.calls import FewSeedsWarning
 from tests.test_readme import VERDICT, run_block
 
 SPACE = presets.paper_space(batch_size=(32, 64))
@@ -45,6 +48,29 @@ def test_test_seeds_overlapping_the_tuning_seeds_are_refused_naming_them():
     assert tiny(seeds=3, test_seeds=4).plan().test_ids == (100, 101, 102, 103)
     assert tiny(seeds=120, test_seeds=2, tuner={}).plan().test_ids == (200, 201)  # after the tuning seeds
     assert tiny(test_seeds=[7, 5]).plan().test_ids == (7, 5)
+
+
+def test_fewer_test_seeds_than_a_claim_needs_warn_when_planned():
+    """A warning, not a refusal, before any work: the verdict's calls need calls.MIN_SEEDS runs per
+    group and environment; without test seeds, the seeds are what the comparisons are made on."""
+    with pytest.warns(FewSeedsWarning, match=r"^2 runs in each method's test seeds \(test_seeds: 2\), where the "
+                                             r"verdict makes its claims: below hcjax\.calls\.MIN_SEEDS = 4, a "
+                                             r"difference on one environment cannot be called"):
+        tiny().plan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FewSeedsWarning)
+        tiny(test_seeds=4).plan()
+
+
+def test_hcjax_run_says_the_few_seeds_warning_before_any_work(tmp_path, capsys):
+    out = tmp_path / "a file"
+    out.write_text("")
+    code = cli.main(["run", "--envs", "CartPole-v1", "--methods", "fixed", "--seeds", "3", "--iterations", "1",
+                     "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is an existing file, not a directory" in err, err  # refused after the checks
+    assert "hcjax run: warning: 3 runs in each method's seeds (seeds = 3), where its comparisons are made: " \
+           "below hcjax.calls.MIN_SEEDS = 4" in err
 
 
 @pytest.mark.parametrize("fields, words", [

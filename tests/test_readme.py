@@ -25,9 +25,12 @@ DISTRIBUTED_STUDY = 'jax.distributed.initialize("host0:12345"'  # docs/studies.m
 CRAFTAX_BY_NAME = '"classic-object": env}'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 JUMANJI_BY_NAME = 'envs=["jumanji/Snake-v1"]'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 LEVERS_ADAPTER = "def legal(state)"  # docs/environment-libraries.md, run by tests/test_env_libraries.py
+OWN_OBJECTS = '"2048": pgx.make("2048")'  # docs/environment-libraries.md, run by tests/test_env_libraries.py
+XLAND_RULESET = "def make_hold_ball()"  # docs/environment-libraries.md, run by tests/test_env_libraries.py
 VERDICT = "verdict = experiments.verdict(study)"  # docs/studies.md, run by tests/test_protocol.py
-MARKERS = (VERDICT, CRAFTAX_BY_NAME, JUMANJI_BY_NAME, LEVERS_ADAPTER, EIGHT_AGENTS, OWN_LOOP, PPO, CUSTOM_ENV,
-           HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL, LR_SCHEDULE, OWN_STUDY, DISTRIBUTED_STUDY)
+MARKERS = (VERDICT, CRAFTAX_BY_NAME, JUMANJI_BY_NAME, LEVERS_ADAPTER, OWN_OBJECTS, XLAND_RULESET, EIGHT_AGENTS,
+           OWN_LOOP, PPO, CUSTOM_ENV, HOST_TUNER, POPULATION, EXPORT, OWN_LOOP_PPO, CATEGORICAL, LR_SCHEDULE,
+           OWN_STUDY, DISTRIBUTED_STUDY)
 
 
 def python_blocks() -> list[tuple[str, str]]:

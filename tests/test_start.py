@@ -151,3 +151,14 @@ def test_host_tuner_starts_there_and_its_state_round_trips():
     again = hcjax.HostTuner("gp_ucb", SPACE, seed=1, start=START, **SMALL_GP)
     again.load_state_dict(saved)
     assert again.ask() == host.ask()
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_a_tuner_built_inside_a_jit_starts_as_one_built_outside(name):
+    """make_tuner called while tracing (as experiments/benchmarks/lgds_population.py does) builds
+    its constants without concretising a tracer, and its first ask is the start."""
+    def run(key):
+        tuner = hcjax.make_tuner(name, SPACE, start=START, **OPTIONS[name])
+        return tuner.ask(tuner.init(key), key)[1]
+
+    np.testing.assert_array_equal(np.asarray(jax.jit(run)(jax.random.PRNGKey(0))), START)

@@ -191,6 +191,17 @@ def test_environments_by_name_object_and_factory_resolve_without_compiling():
         experiments.Study(envs=[Walk(), make_walk], methods=["fixed"], seeds=1, iterations=1).plan()
 
 
+def test_factories_without_envs_replace_the_presets_environments_and_with_envs_join_them():
+    """`--env-factory` alone with a preset runs the factory's environment only (the preset's
+    tasks and their env_ppo entries dropped, and the run's header says so); with `--envs`, both."""
+    alone = experiments.Study("verdict", env_factories=["w=tests.test_study_api:make_walk"])
+    assert [e.label for e in alone.plan().envs] == ["w"] and alone.plan().preset.env_ppo == {}
+    assert alone._dropped == ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0")
+    both = experiments.Study("smoke", envs=["CartPole-v1"], env_factories=["w=tests.test_study_api:make_walk"])
+    assert [e.label for e in both.plan().envs] == ["CartPole-v1", "w"] and both._dropped == ()
+    assert presets.resolve("smoke", env_factories=["w=tests.test_study_api:make_walk"]).preset.envs == ()
+
+
 def test_an_unknown_field_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match=r"Study: unknown field\(s\) \['learning_rate'\]; allowed: name, envs"):
         experiments.Study(envs=["CartPole-v1"], methods=["fixed"], learning_rate=1e-3)
@@ -219,7 +230,8 @@ def test_mistakes_raise_the_clis_value_errors_before_any_work(kwargs, words, tmp
 @pytest.mark.parametrize("args, words", [
     (["--env-factory", "tests.test_study_api:nowhere"], ["cannot be imported", "tests.test_study_api:nowhere"]),
     (["--env-factory", "tests.test_study_api:not_an_env"], ["not_an_env", "the factory returned int"]),
-    (["--envs", "tests.test_study_api:make_walk"], ["unknown environment 'tests.test_study_api:make_walk'"]),
+    (["--envs", "tests.test_study_api:make_walk"], ["unknown environment 'tests.test_study_api:make_walk'",
+                                                    "looks like a factory", "--env-factory"]),
 ])
 def test_the_cli_refuses_a_bad_factory_and_never_imports_from_envs(args, words, tmp_path, capsys):
     code = cli.main(["run", "--preset", "smoke", "--methods", "fixed", "--out", str(tmp_path / "o"), *args])
@@ -244,14 +256,38 @@ def test_the_estimate_counts_frames_and_announces_the_small_default():
     preset = studyfile.loads('envs = ["CartPole-v1"]\nmethods = ["fixed", "random"]\n')
     assert dict(preset.ppo) == presets.SMALL_PPO
     plan = presets.resolve(preset, seeds=3, iterations=50)
-    guess = estimate.estimate(plan, speed=1.0)
+    guess = estimate.estimate(plan, speed=1.0, machine=1.0)
     assert guess.frames == 2 * 3 * 50 * 6000 and guess.groups == 2  # the paper's space: batches up to 6000
     assert "ppo: the small default PPO" in guess.describe()
     assert estimate.estimate(plan, finished={("CartPole-v1", "fixed")}, speed=1.0).frames == guess.frames // 2
     paper = presets.resolve(dataclasses.replace(preset, ppo={}), seeds=3, iterations=50)
-    slower = estimate.estimate(paper, speed=1.0)
+    slower = estimate.estimate(paper, speed=1.0, machine=1.0)
     assert slower.seconds > 2 * guess.seconds and "small PPO" not in slower.describe()
-    assert estimate.estimate(plan, speed=2.0).seconds == pytest.approx(2 * guess.seconds)
+
+
+def test_the_estimate_is_the_seconds_spent_and_its_parts_at_this_machines_contention():
+    """seconds = spent + machine x (serial x (3/4 c + 1/4) + parallel x (c / 2 + 1/4)), the
+    parts summed over the unit groups (the evaluation program and a tuner's timing programs
+    charged once per process), the figures when plotting, STARTUP when nothing was spent yet."""
+    plan = presets.resolve(studyfile.loads('envs = ["CartPole-v1"]\nmethods = ["fixed", "random"]\n'), seeds=3,
+                           iterations=50)
+    fixed, rand = (estimate.group_parts(plan, plan.envs[0], [m], first=(m == "fixed", frozenset({"static"})
+                                                                         if m == "random" else frozenset()))
+                   for m in ("fixed", "random"))
+    serial = fixed["serial"] + rand["serial"] + estimate.FIGURES[0] + 2 * estimate.FIGURES[1]
+    for c, m in ((1.0, 1.0), (3.0, 1.0), (2.5, 0.5)):
+        guess = estimate.estimate(plan, speed=c, machine=m, spent=7.0)
+        want = 7.0 + m * (serial * (0.75 * c + 0.25) + (fixed["parallel"] + rand["parallel"]) * (c / 2 + 0.25))
+        assert guess.seconds == pytest.approx(want) and guess.spent == 7.0 and (guess.speed, guess.machine) == (c, m)
+        assert "7 s spent" in guess.describe()
+    without = estimate.estimate(plan, speed=1.0, machine=1.0, spent=7.0, plot=False)
+    assert without.seconds == pytest.approx(want_at_1 := 7.0 + serial + (fixed["parallel"] + rand["parallel"]) * 0.75
+                                            - estimate.FIGURES[0] - 2 * estimate.FIGURES[1])
+    assert estimate.estimate(plan, speed=1.0, machine=1.0, plot=False).seconds == pytest.approx(
+        want_at_1 - 7.0 + estimate.STARTUP)
+    assert rand["serial"] < fixed["serial"] + estimate.TUNERS["simple"][1] + estimate.SEGMENT[False]  # eval shared
+    longer = estimate.group_parts(presets.resolve(plan.preset, iterations=100), plan.envs[0], ["fixed"])
+    assert longer["frames"] == 2 * fixed["frames"] and 1.9 < longer["parallel"] / fixed["parallel"] <= 2.0
 
 
 @pytest.mark.slow

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 from experiments import cli, deps
-from experiments.study import engine, interrupts
+from experiments.study import engine, interrupts, programs, progress
 from experiments.study import store as R
 from experiments.study.progress import Progress
-from tests.cli_runs import ROOT, WALK, finish, hcjax, tiny_study, wait_for_checkpoint, wait_for_file
+from tests.cli_runs import ROOT, WALK, finish, hcjax, python, tiny_study, wait_for_checkpoint, wait_for_file
 from tests.test_plots import unit as synthetic_unit
 
 MINI = ["run", "--preset", "smoke", "--seeds", "1", "--iterations", "2", "--no-plot", "--no-progress"]
@@ -272,6 +272,23 @@ def test_adding_a_method_to_a_study_keeps_both(mini_study, walked, tmp_path, cap
 # ---- output ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_a_factory_alone_replaces_the_presets_tasks_and_every_phase_is_said(tmp_path, capsys):
+    """`--env-factory` without `--envs` trains the factory's environment only (the header says the
+    preset's CartPole-v1 is not run), and a run in a log says each phase as it starts: the checks,
+    building, the probe, each compilation (no silent minutes)."""
+    code, _, err = main(["run", "--preset", "smoke", "--env-factory", "walk=tests.tiny_env:make_walk", "--methods",
+                         "fixed", "--seeds", "1", "--iterations", "2", "--out", str(tmp_path), "--no-plot"], capsys)
+    assert code == 0, err
+    assert [(u.meta["env"], u.meta["method"]) for u in R.StudyDir(tmp_path).units()] == [("walk", "fixed")]
+    said = ["checking the study", "building walk (custom)", "probing walk", "probed walk: compiled in",
+            "not run: the preset's CartPole-v1", "estimate:", "walk/fixed: 0/2 it", "compiling the initial state",
+            "compiling the evaluation", "compiling the training segment (2 iteration(s))", "walk/fixed: 2/2 it",
+            "done walk / fixed"]
+    at = [err.find(w) for w in said]
+    assert -1 not in at and at == sorted(at), err  # each said, in this order
+
+
 def test_progress_writes_plain_lines_when_not_on_a_terminal():
     stream = io.StringIO()
     with Progress(10, "units", "unit", stream=stream, every_s=0.0) as bar:
@@ -285,6 +302,57 @@ def test_progress_writes_plain_lines_when_not_on_a_terminal():
         for _ in range(10):
             bar.update(1)
     assert len(quiet.getvalue().splitlines()) == 1  # only the final line
+
+
+@pytest.mark.slow
+def test_the_first_line_comes_before_jax_is_imported():
+    """Every command's first line (on stderr: stdout stays the command's own) is printed before
+    anything heavy is imported: `python -X importtime` lists each import as it finishes, and
+    the line comes before the first of jax's. (Its seconds on a busy CPU: the benchmark's
+    "first line" column, docs/benchmarks.md, not a timed assertion.)"""
+    from experiments import entry
+
+    assert set(entry.COMMANDS) == set(cli.COMMANDS)
+    assert entry.first_line(["run", "--help"]) is None and entry.first_line([]) is None
+    out = finish(python(["-X", "importtime", "-m", "experiments", "presets", "--toml", "smoke"]))
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if not line.startswith("import time:"))
+    assert lines[first] == "hcjax presets: loading jax and the libraries ...", out[:3000]
+    jax_at = next(i for i, line in enumerate(lines)
+                  if line.startswith("import time:") and line.split("|")[-1].strip().startswith(("jax", "hcjax")))
+    assert first < jax_at and 'name = "smoke"' in out
+
+
+def test_progress_repeats_a_phase_while_nothing_advances():
+    stream = io.StringIO()
+    with Progress(4, "walk/fixed", stream=stream, every_s=0.05) as bar:
+        bar.phase("compiling the training segment")
+        deadline = time.monotonic() + 30  # a heartbeat thread: on a busy CPU it may come late, never not at all
+        while stream.getvalue().count("compiling") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bar.update(4)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "walk/fixed: 0/4 it (0 s) compiling the training segment"
+    assert sum("compiling" in line for line in lines) >= 2 and lines[-1].startswith("walk/fixed: 4/4 it")
+    ticks = []
+    with progress.ticking(ticks.append, "  probing walk: compiling its step", every_s=0.05):
+        deadline = time.monotonic() + 30
+        while not ticks and time.monotonic() < deadline:
+            time.sleep(0.05)
+    count = len(ticks)
+    time.sleep(0.2)
+    assert count >= 1 and len(ticks) == count and ticks[0].startswith("  probing walk: compiling its step (")
+    said, kept = [], {}
+
+    def keep(name, build):
+        if name not in kept:
+            kept[name] = build()
+        return kept[name]
+
+    program = programs.announced(keep, said.append)
+    assert program(("segment", 5), lambda: "compiled") == "compiled" == program(("segment", 5), lambda: "again")
+    program("init", lambda: "a jit object")  # not compiled by its making
+    assert said == ["compiling the training segment (5 iteration(s))"]  # once: a kept program is not built again
 
 
 def test_progress_draws_a_bar_on_a_terminal():
@@ -409,9 +477,16 @@ def test_a_unit_killed_at_a_random_segment_resumes_bit_identically(tmp_path, cap
 def test_replay_of_a_factory_study_in_a_fresh_process(mini_study, tmp_path):
     """`hcjax replay` of a unit of your own environment in a new process, where nothing is
     built: it says it imports the factory the manifest recorded, calls it, and replaying the
-    unit on its own seed gives the same run."""
+    unit on its own seed gives the same run; it shows its progress as `hcjax run` does and ends
+    with the summary table of the source unit beside the replay."""
     out = finish(hcjax(["replay", mini_study, "--unit", "walk__fixed", "--seeds", "0", "--out", tmp_path / "again"]))
     assert "importing and calling its factory tests.tiny_env:make_walk" in out
+    said = ["hcjax replay: loading jax", "hcjax replay: walk__fixed's 1 schedule(s) of 2 iterations on 1 new seed(s)",
+            "replay walk__fixed: 0/2 it", "compiling the training segment", "replay walk__fixed: 2/2 it",
+            "replayed walk__fixed on seeds [0]", "The source unit (its own seeds) and the replay (the new seeds)",
+            "| walk (your own, factory tests.tiny_env:make_walk) |"]
+    at = [out.find(w) for w in said]
+    assert -1 not in at and at == sorted(at), out  # progress as `hcjax run` shows it, then the summary table
     source = R.load_unit(R.StudyDir(mini_study).unit_path("walk", "fixed"))
     replayed = R.load_unit(R.StudyDir(tmp_path / "again").unit_path("walk", "replay_fixed"))
     np.testing.assert_allclose(replayed.eval_reward, source.eval_reward, rtol=1e-5)  # its own seed: the same run

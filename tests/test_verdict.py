@@ -1,8 +1,10 @@
 """The verdict (experiments.reporting.verdict) on fabricated units (tests/verdict_units.py): its
 intervals against a slow bootstrap (Python loops over replicates, the same per-stratum
-generators; the incumbent's tuning rows chosen by a slow reference), the flag of evaluations
-that measured nothing, its sentences, and `hcjax verdict`'s exit status without test seeds.
-(`protocol.incumbent` itself: tests/test_protocol.py.)"""
+generators; the incumbent's tuning rows chosen by a slow reference), its calls (hcjax.calls,
+tested itself in tests/test_calls.py) and their A/A rate, the reference row (the default against
+itself), the collapsed runs and the warning when the two seed sets disagree, the flag of
+evaluations that measured nothing, its sentences, and `hcjax verdict`'s exit status without
+test seeds. (`protocol.incumbent` itself: tests/test_protocol.py.)"""
 import json
 import math
 
@@ -13,8 +15,10 @@ import experiments
 from experiments import cli
 from experiments.reporting import claims, plots, tables, verdict_text
 from experiments.reporting import verdict as V
+from experiments.reporting.tables import strict_json
 from experiments.reporting.views import ALL, final_eval, measured_nothing, study_scores
 from experiments.study.store import StudyDir
+from hcjax import calls
 from hcjax.stats import stratum_rng
 from tests import verdict_units as U
 
@@ -86,7 +90,7 @@ def slow_probability(a, b, envs, seed):
     ib = {e: draws(len(b[e][1]), seed, e, b[e][0]) for e in envs}
     boot = [sum(wins(a[e][1][ia[e][r]], b[e][1][ib[e][r]]) for e in envs) / len(envs) for r in range(REPS)]
     lo, hi = np.percentile(boot, [2.5, 97.5])
-    word = "better" if lo > 0.5 else "worse" if hi < 0.5 else "not separated"
+    word = calls.decide([a[e][1] for e in envs], [b[e][1] for e in envs])[0][()]  # the call: hcjax.calls
     return point, lo, hi, word
 
 
@@ -126,16 +130,18 @@ def slow_reference_scores(strata, env):
 
 @pytest.mark.parametrize("seed", [0, 3])
 def test_the_intervals_match_a_slow_bootstrap(seed):
-    units = U.study(seed)
+    units = U.study(seed, n_test=9, n_tuning=8)  # from calls.MIN_INTERVAL = 8 runs the intervals are shown
     result = V.verdict(units, reps=REPS, seed=seed)
-    checked = 0
+    checked = shown = 0
     for phase in ("test", "tuning"):
         strata = slow_strata(units, phase)
         reference = {e: slow_reference_scores(strata, e) for e in ("A", "B")}
         for row in [r for r in result.rows if r["phase"] == phase and r["kind"] != "cost"]:
             envs = ["A", "B"] if row["env"] == ALL else [row["env"]]
             c, m = row["comparison"], row["method"]
-            if c == verdict_text.BEATS_DEFAULT:
+            if m == verdict_text.SEEDS_ALONE:  # the default's test runs against its tuning runs
+                want = slow_probability(strata["fixed"], slow_strata(units, "tuning")["fixed"], envs, seed)
+            elif c == verdict_text.BEATS_DEFAULT:
                 want = slow_probability(strata[m], strata["fixed"], envs, seed)
             elif c == verdict_text.BEATS_SWEEP:
                 want = slow_probability(strata[m], strata["sweep"], envs, seed)
@@ -145,10 +151,23 @@ def test_the_intervals_match_a_slow_bootstrap(seed):
                 low, high = ("fixed", "sweep") if c == verdict_text.SHARE else ("fixed:lr_x10", "fixed")
                 status, *numbers = slow_share(strata[m], strata[low], strata[high], envs, reference, seed)
                 want = (*numbers, status)
-            assert [row["estimate"], row["low"], row["high"]] == pytest.approx(list(want[:3]), abs=1e-9, nan_ok=True)
             assert row["status"] == want[3], (phase, row["env"], m, c)
+            if row["kind"] == "probability" and np.isnan(row["low"]):  # withheld: a point, or against the call
+                assert row["estimate"] == pytest.approx(want[0], abs=1e-12)
+                if c == verdict_text.BEATS_SWEEP and phase == "tuning" or m == "sweep" and phase == "tuning":
+                    assert f"no interval below {calls.MIN_INTERVAL} runs" in row["note"]  # the sweep's 2 rows
+                elif want[1] == want[2]:
+                    assert "every resample orders the two groups alike" in row["note"]
+                else:
+                    assert (want[1] > 0.5 or want[2] < 0.5) != (row["status"] in ("better", "worse"))
+                    assert "calls differ" in row["note"]
+            else:
+                assert [row["estimate"], row["low"], row["high"]] == pytest.approx(list(want[:3]), abs=1e-9,
+                                                                                   nan_ok=True)
+                shown += row["kind"] == "probability"
             checked += 1
-    assert checked == 2 * 3 * (2 * 4 + 2 * 2 + 2) - 3 * 2 * 2  # no replays on the tuning seeds
+    assert checked == 2 * 3 * (2 * 4 + 2 * 2 + 2) - 3 * 2 * 2 + 3  # no replays on the tuning seeds; reference row
+    assert shown > 20
 
 
 def near_gain(delta: float) -> list:
@@ -195,6 +214,23 @@ def test_cost_is_one_run_over_the_whole_sweep():
     assert "1/8 of its frames;" in unknown.sentences["hypercontroller"]
 
 
+def test_seconds_of_a_program_that_ran_several_methods_are_labelled_shared():
+    """A fused program's seconds are split over its runs, not measured per method: its cost in
+    seconds says 'shared' (table, row, sentence); its frames are its own."""
+    units = U.study(0)
+    for u in units:
+        if u.meta["method"] in ("hypercontroller@test", "fixed@test") and u.meta["env"] == "A":
+            u.meta["fused_with"] = ["hypercontroller@test", "fixed@test"]
+    result = V.verdict(units, reps=20)
+    rows = {(r["env"], r["comparison"]): r for r in result.rows if r["kind"] == "cost" and r["phase"] == "test"
+            and r["method"] == "hypercontroller"}
+    assert rows[("A", verdict_text.SECONDS)]["status"] == rows[(ALL, verdict_text.SECONDS)]["status"] == "shared"
+    assert "1 other unit(s)" in rows[("A", verdict_text.SECONDS)]["note"]
+    assert rows[("B", verdict_text.SECONDS)]["status"] == "" and rows[(ALL, verdict_text.FRAMES)]["status"] == ""
+    assert "1/6 (shared)" in result.markdown
+    assert "1/6 of its seconds (shared with the methods of its program)" in result.sentences["hypercontroller"]
+
+
 # ---- sentences, flags and the table --------------------------------------------------------
 
 def shifted(**shift):
@@ -207,8 +243,13 @@ def test_sentences_say_better_worse_not_separated_and_not_measured():
     units = shifted(fixed=0.0, hypercontroller=5.0, random=-5.0, pbt=0.0, gp_ucb=0.0)
     units[-1].eval_reward[:] = 0.0  # gp_ucb: every evaluation 0
     s = V.verdict(units, reps=REPS).sentences
-    assert s["hypercontroller"] == "HC on 6 test seeds: better than the default, 1.00 [1.00, 1.00]."
-    assert s["random"] == "R on 6 test seeds: worse than the default, 0.00 [0.00, 0.00]."
+    mean = {m: final_eval(u).mean() for u in units for m in [u.meta["method"].removesuffix("@test")]}
+    # 6 + 6 runs entirely apart: p = 2 / C(12, 6); no interval (a [1, 1] one would claim certainty)
+    assert s["hypercontroller"] == (f"HC on 6 test seeds: better than the default, 1.00 (p = 0.0022), means "
+                                    f"{mean['hypercontroller']:.4g} and {mean['fixed']:.4g}.")
+    assert s["random"].startswith("R on 6 test seeds: worse than the default, and 6 of 6 runs collapsed (seed 100: ")
+    assert s["random"].endswith("3 more; 0.86 expected by chance), 0.00 (p = 0.0022), means "
+                                f"{mean['random']:.4g} and {mean['fixed']:.4g}.")
     assert s["pbt"].startswith("PBT on 6 test seeds: not separated from the default, ")
     assert s["gp_ucb"] == ("GP-UCB on 6 test seeds: not measured against the default (every evaluation scored 0: "
                            "the evaluation measured nothing).")
@@ -265,7 +306,7 @@ def test_the_table_has_one_row_per_comparison():
     assert list(table.columns) == list(V.COLUMNS)
     assert not table.duplicated(["phase", "env", "method", "comparison"]).any()
     assert set(table["phase"]) == {"test", "tuning"}
-    assert json.loads(result.json())["rows"][0] == {k: result.rows[0][k] for k in result.rows[0]}
+    assert json.loads(result.json())["rows"][0] == strict_json(result.rows[0])
 
 
 @pytest.mark.slow  # matplotlib draws every figure of the study: about 8 CPU s
@@ -304,3 +345,90 @@ def test_hcjax_verdict_exits_2_without_test_seeds_and_prints_the_markdown(tmp_pa
     assert (tmp_path / "out" / "v.json").read_text() == expected.json()
     assert cli.main(["verdict", str(tmp_path / "full"), "--json", str(tmp_path)]) == 2  # a folder, not a file
     assert "is a folder" in capsys.readouterr().err
+
+
+# ---- what the seeds can carry: the calls' A/A rate, the reference row, collapses, warnings ----
+
+def aa_strata(rng, envs: int, n: int):
+    """The default's and a method's test runs in `envs` environments of different reward scales,
+    n each, drawn from one distribution: (method, default) as verdict.roles gives them."""
+    scale = rng.uniform(0.1, 100.0, envs)
+    side = lambda name: {f"E{e}": V.Stratum(name, scale[e] * rng.normal(size=n), None)  # noqa: E731
+                         for e in range(envs)}
+    return side("hypercontroller@test"), side("fixed@test")
+
+
+@pytest.mark.slow  # 30000 rows of the verdict, one at a time: about 18 CPU s in all
+@pytest.mark.parametrize("envs", [1, 2, 4])
+def test_the_verdict_calls_one_distribution_better_or_worse_at_most_about_5_percent(envs):
+    """P(> default) rows of the verdict on A/A strata, 2000 trials at group sizes from 2 to 20."""
+    rng = np.random.default_rng(envs)
+    for n in (2, 3, 4, 8, 20):
+        statuses = [V.probability(*aa_strata(rng, envs, n), [f"E{e}" for e in range(envs)], 1, 0, 0.95)["status"]
+                    for _ in range(2000)]
+        rate = np.isin(statuses, ["better", "worse"]).mean()
+        assert rate <= 0.07, (envs, n, rate)
+
+
+def test_the_reference_row_is_the_default_against_itself_and_comes_first():
+    units = U.study(0, n_test=9, n_tuning=8)
+    result = V.verdict(units, reps=REPS)
+    first = result.rows[0]
+    assert (first["phase"], first["env"], first["method"]) == ("test", ALL, verdict_text.SEEDS_ALONE)
+    strata = slow_strata(units, "test"), slow_strata(units, "tuning")
+    want = slow_probability(strata[0]["fixed"], strata[1]["fixed"], ["A", "B"], 0)
+    assert first["estimate"] == pytest.approx(want[0]) and first["status"] == want[3]
+    sentence = next(iter(result.sentences.values()))
+    assert sentence.startswith("The default on 9 test seeds in each of 2 environments against its own tuning seeds "
+                               "(what the seeds alone can do): ")
+    assert "| default, test seeds against tuning seeds (what the seeds alone can do) | 0." in result.markdown
+    test_only = [u for u in units if u.meta["phase"] == "test"]  # no tuning default: no reference row
+    assert not any(r["method"] == verdict_text.SEEDS_ALONE for r in V.verdict(test_only, reps=20).rows)
+
+
+def test_a_warning_when_the_tuning_and_test_seeds_point_opposite_ways():
+    rng = np.random.default_rng(0)
+    units = [U.unit("A", "fixed", rng.normal(0.0, 1.0, 10)), U.unit("A", "hypercontroller", rng.normal(-0.3, 1.0, 10)),
+             U.unit("A", "fixed@test", rng.normal(0.0, 1.0, 10), phase="test"),
+             U.unit("A", "hypercontroller@test", rng.normal(3.0, 1.0, 10), phase="test")]
+    result = V.verdict(units, reps=REPS)
+    tuning = next(r for r in result.rows if r["phase"] == "tuning" and r["env"] == ALL)
+    assert tuning["estimate"] <= 0.5 and len(result.warnings) == 1
+    assert result.warnings[0].startswith(f"HC: better (1.00) on the test seeds but not separated "
+                                         f"({tuning['estimate']:.2f}) on the tuning seeds: the two seed sets point "
+                                         "opposite ways")
+    assert "the default against itself across the two seed sets: 0." in result.warnings[0]
+    assert f"- **Warning**: {result.warnings[0]}.\n" in result.markdown
+    agree = [U.unit("A", "hypercontroller", rng.normal(3.0, 1.0, 10))] + units[:1] + units[2:]
+    assert V.verdict(agree, reps=REPS).warnings == []
+
+
+def test_collapsed_runs_are_named_in_a_table_and_counted_in_the_sentence():
+    rng = np.random.default_rng(1)
+    hc = rng.normal(5.0, 1.0, 10)
+    hc[3] = -40.0  # seed 103 fell below every run of the default and of the poor default
+    units = [U.unit("A", "fixed@test", rng.normal(0.0, 1.0, 10), phase="test"),
+             U.unit("A", "fixed:lr_x10@test", rng.normal(-2.0, 1.0, 10), phase="test"),
+             U.unit("A", "hypercontroller@test", hc, phase="test", hparam_names=["learning_rate"])]
+    units[2].hparams[:, -1, 0] = np.linspace(1e-4, 1e-2, 10)
+    result = V.verdict(units, reps=REPS)
+    assert [(c["method"], c["seed"], c["score"]) for c in result.collapsed] == [("hypercontroller", 103, -40.0)]
+    assert result.collapsed[0]["hyperparameters"] == {"learning_rate": pytest.approx(0.0034, rel=1e-5)}
+    assert result.sentences["hypercontroller"].startswith(
+        "HC on 10 test seeds: better than the default, but 1 of 10 runs collapsed (seed 103: -40, learning_rate "
+        "0.0034), ")  # no chance figure: the poor default lowers the floor below the default's worst
+    assert "| test | A | HC | 103 | -40 | " in result.markdown and "learning_rate 0.0034 |" in result.markdown
+    row = next(r for r in result.rows if r["method"] == "hypercontroller" and r["env"] == ALL)
+    assert row["collapsed"] == 1 and "1 collapsed" in verdict_text.cell(row)
+    assert row["means"] == pytest.approx([hc.mean(), final_eval(units[0]).mean()])
+
+
+def test_a_two_seed_study_says_too_few_seeds_to_tell_and_prints_no_interval():
+    result = V.verdict(U.study(0, n_test=2, n_tuning=2), reps=REPS)  # the issue's "0.00 [0.00, 0.00]"
+    row = next(r for r in result.rows if (r["phase"], r["env"], r["method"], r["comparison"]) ==
+               ("test", ALL, "hypercontroller", verdict_text.BEATS_DEFAULT))
+    assert row["status"] == "too few seeds to tell" and np.isnan(row["low"])  # 2 + 2 on 2 tasks: p >= 2/36
+    sentence = result.sentences["hypercontroller"]
+    assert sentence.startswith("HC on 2 test seeds in each of 2 environments: too few seeds to tell (n = 2+2 per "
+                               "task) against the default, ")
+    assert "[" not in sentence.split(";")[0]

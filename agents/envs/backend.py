@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from hcjax.extras import PROVIDED_BY, install_hint
+from hcjax.extras import PROVIDED_BY, install_hint, installed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +54,13 @@ def installed_version(package: str) -> str | None:
         return None
 
 
+def is_installed(package: str) -> bool:
+    """Whether `package` (its import name is its package name) is installed and can be found,
+    without importing it: its metadata, and a module spec (a module a test blocks by setting
+    sys.modules[package] = None counts as missing)."""
+    return installed_version(package) is not None and installed(package)
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     match = re.match(r"\d+(\.\d+)*", version)
     return tuple(int(p) for p in match.group(0).split(".")) if match else ()
@@ -69,7 +76,7 @@ def problem(backend: Backend) -> str | None:
     """One sentence naming the backend's package if it is missing or older than its
     min_version, else None. Reads package metadata only."""
     package, need = backend.package, backend.min_version
-    have = installed_version(package)
+    have = installed_version(package) if installed(package) else None
     if have is None:
         return (f"{package} is not installed; agents.envs needs {package}>={need} "
                 f"({install_hint(PROVIDED_BY[package])}, or pip install '{package}>={need}')")

@@ -44,7 +44,8 @@ class Probe:
     resumed: copies that said not-done after a `done` (a reset happened); ended: copies
     that ended an episode; no_action: states (of batch x steps) where the action mask
     allowed no action; nonfinite: copies x (reset + steps) whose observation or reward held
-    NaN or infinity."""
+    NaN or infinity; compile_cpu_seconds, step_cpu_seconds: compile_seconds and step_seconds
+    in this process's CPU time (what another process's load does not change)."""
 
     name: str
     batch: int
@@ -57,6 +58,8 @@ class Probe:
     ended: int = 0
     no_action: int = 0
     nonfinite: int = 0
+    compile_cpu_seconds: float = float("nan")
+    step_cpu_seconds: float = float("nan")
 
 
 STUCK_STEPS = 3  # `done` at each of a copy's last steps, after a first episode of two steps or more: stuck
@@ -103,13 +106,13 @@ def probe(env: JaxEnv, batch: int = 8, steps: int = 128, seed: int = 0) -> Probe
 
     run = jax.jit(jax.vmap(one))
     keys = jax.random.split(jax.random.PRNGKey(seed), batch)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     compiled = run.lower(keys).compile()
-    compile_seconds = time.perf_counter() - t0
+    compile_seconds, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
     jax.block_until_ready(compiled(keys))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     start, (done, legal, finite) = jax.block_until_ready(compiled(keys))  # (batch,), (batch, steps) each
-    step_seconds = (time.perf_counter() - t0) / steps
+    step_seconds, step_cpu = (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
     done = np.asarray(done)
     stuck = resumed = ended = 0
     for row in done:
@@ -123,7 +126,8 @@ def probe(env: JaxEnv, batch: int = 8, steps: int = 128, seed: int = 0) -> Probe
     return Probe(name=env.name, batch=int(batch), steps=int(steps), compile_seconds=compile_seconds,
                  step_seconds=step_seconds, episodes=int(done.sum()), stuck=int(stuck), resumed=int(resumed),
                  ended=ended, no_action=int(np.sum(~np.asarray(legal))),
-                 nonfinite=int(np.sum(~np.asarray(start)) + np.sum(~np.asarray(finite))))
+                 nonfinite=int(np.sum(~np.asarray(start)) + np.sum(~np.asarray(finite))),
+                 compile_cpu_seconds=compile_cpu, step_cpu_seconds=step_cpu)
 
 
 def check_auto_reset(found: Probe) -> None:

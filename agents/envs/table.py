@@ -21,9 +21,11 @@ from agents.envs import (
     pgx_backend,
     xminigrid_backend,
 )
-from agents.envs.backend import Backend, installed_version, missing, problem
+from agents.envs.backend import Backend, import_module, installed_version, is_installed, missing, problem
 from agents.envs.checks import check_traced
 from agents.envs.kinds import HostEnv, JaxEnv
+from agents.envs.known import NAMES as KNOWN
+from hcjax.extras import PROVIDED_BY, install_hint
 
 # Objects are offered to the backends in this order: the libraries that recognise their own
 # classes first, gymnax's interface (any object with it) next, gymnasium's factories (any
@@ -37,6 +39,7 @@ BACKENDS = tuple(b.name for b in BARE)
 PREFIXES = tuple(BY_NAME)  # every prefix "name/" of a registry name
 MIN_VERSIONS = {b.package: b.min_version for b in TABLE}
 BRAX_BACKENDS = brax_backend.BRAX_BACKENDS
+FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")  # "package.module:function", a factory's reference
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,16 +62,17 @@ class EnvSpec:
 
 def names(backend: str | None = None) -> tuple[str, ...]:
     """Every registry name `make` accepts, as "backend/id": those of the bare-name backends
-    (BACKENDS, in resolution order) and of the optional libraries installed; with `backend`
-    (one of PREFIXES) that backend's only (importing only it; ValueError naming its extra
-    when it is not installed)."""
+    installed (BACKENDS, in resolution order) and of the optional libraries installed; with
+    `backend` (one of PREFIXES) that backend's only (importing only it; ValueError naming its
+    extra when it is not installed)."""
     if backend is not None and backend not in BY_NAME:
         raise ValueError(f"envs.names: backend must be one of {PREFIXES} or None, got {backend!r}")
     if backend is not None:
         _require_installed(BY_NAME[backend], f"{backend}/")
         chosen = (BY_NAME[backend],)
     else:
-        chosen = BARE + tuple(b for b in TABLE if not b.bare and problem(b) is None)
+        chosen = tuple(b for b in BARE if is_installed(b.package)) + \
+            tuple(b for b in TABLE if not b.bare and problem(b) is None)
     return tuple(f"{b.name}/{i}" for b in chosen for i in b.registry())
 
 
@@ -80,20 +84,40 @@ def _require_installed(backend: Backend, name: str) -> None:
             raise error
 
 
+def library_ids(backend: Backend) -> tuple[tuple[str, ...], bool]:
+    """(ids, read): the ids of an installed library's own registry (imported now; read True),
+    else the names of the version tested (`known.NAMES`; read False): a library not installed,
+    or one whose import fails, answers names without being imported."""
+    if is_installed(backend.package):
+        try:
+            return backend.registry(), True
+        except ImportError:
+            if backend.name not in KNOWN:
+                raise
+    return KNOWN.get(backend.name, ()), False
+
+
+def _not_usable(backend: Backend, name: str) -> ValueError:
+    """The ValueError for `name` of a library that is missing, too old, or fails to import."""
+    why = problem(backend)
+    if why is None:
+        try:
+            import_module(backend.package, backend)
+            why = f"{backend.package} cannot read its registry"
+        except ImportError as err:
+            why = str(err)
+    return ValueError(f"envs.make({name!r}): an environment of {backend.name}; {why}")
+
+
 def _fold(name: str) -> str:
     """Comparison key of a name: lower case, no version suffix, letters and digits only."""
     return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", name.lower()))
 
 
-def closest(name: str, n: int = 8) -> list[str]:
-    """Up to n registry names ("backend/id") closest to `name`, best first: among the bare-name
-    registries, or among an optional library's when `name` has its prefix."""
-    head, sep, ident = name.partition("/")
-    query = ident if sep and head in BY_NAME else name
+def _ranked(query: str, among: list[str], n: int) -> list[str]:
+    """Up to n of `among` ("backend/id") whose id is closest to `query`, best first (ties: order)."""
     folded, scored = _fold(query), []
-    among = names(head) if sep and head in BY_NAME and not BY_NAME[head].bare else \
-        tuple(f"{b.name}/{i}" for b in BARE for i in b.registry())
-    for order, full in enumerate(among):  # ties: resolution order
+    for order, full in enumerate(among):
         cand = full.split("/", 1)[1]
         key = difflib.SequenceMatcher(None, folded, _fold(cand)).ratio()
         if key >= 0.6:
@@ -101,20 +125,58 @@ def closest(name: str, n: int = 8) -> list[str]:
     return [full for *_, full in sorted(scored)[:n]]
 
 
+def _candidates(name: str) -> tuple[str, list[str], list[str]]:
+    """(query, names of installed libraries, names of libraries not installed) a name is
+    compared with: an optional library's own names when `name` has its prefix, else every
+    library's (bare-name backends first, in resolution order)."""
+    head, sep, ident = name.partition("/")
+    if sep and head in BY_NAME and not BY_NAME[head].bare:
+        ids, read = library_ids(BY_NAME[head])
+        full = [f"{head}/{i}" for i in ids]
+        return ident, full if read else [], [] if read else full
+    query = ident if sep and head in BY_NAME else name
+    found, absent = [], []
+    for backend in BARE + tuple(b for b in TABLE if not b.bare):
+        ids, read = library_ids(backend)
+        (found if read else absent).extend(f"{backend.name}/{i}" for i in ids)
+    return query, found, absent
+
+
+def closest(name: str, n: int = 8) -> list[str]:
+    """Up to n registry names ("backend/id") closest to `name`, best first: among every
+    installed library's (bare-name backends first), or among an optional library's when `name`
+    has its prefix. Imports the libraries installed; never one that is not."""
+    query, found, _ = _candidates(name)
+    return _ranked(query, found, n)
+
+
 def _unknown(name: str, where: str) -> ValueError:
-    near = closest(name)
+    query, found, absent = _candidates(name)
+    near, elsewhere = _ranked(query, found, 8), _ranked(query, absent, 4)
     hint = f"closest: {', '.join(near)}" if near else "no close names"
+    if elsewhere:
+        extras = sorted({n.split("/")[0] for n in elsewhere})
+        hint += (f"; in libraries not installed: {', '.join(elsewhere)} (" +
+                 ", ".join(install_hint(PROVIDED_BY[BY_NAME[e].package]) for e in extras) + ")")
     prefixes = ", ".join(f"{b}/" for b in PREFIXES[:-1]) + f" or {PREFIXES[-1]}/"
+    factory = (f"; {name!r} looks like a factory (module:function): a study takes your own environments in "
+               f"env_factories (hcjax run --env-factory {name}), never among the names in envs"
+               if FACTORY.fullmatch(name) else "")
     return ValueError(f"envs.make: unknown environment {name!r} ({where}); {hint}. A prefix {prefixes} "
-                      f"chooses the library; envs.names() lists every name")
+                      f"chooses the library; envs.names() lists every name{factory}")
 
 
-def resolve(name: str | EnvSpec) -> EnvSpec:
+def resolve(name: str | EnvSpec, installed: bool = True) -> EnvSpec:
     """Validate an environment name (or EnvSpec) and say which backend serves it; compiles nothing.
 
     "backend/id" looks only in that backend's registry (importing only it); a bare name
-    tries the backends in the order of BACKENDS and stops at the first that has it.
-    Raises ValueError with the closest names of all registries when none has it.
+    tries the backends in the order of BACKENDS and stops at the first that has it (a backend
+    not installed answers from the names of its version tested, `known.NAMES`, without being
+    imported: its name is then a ValueError naming the extra that installs it). An optional
+    library's id without its prefix is a ValueError giving the prefixed name. Raises
+    ValueError with the closest names of every installed library when none has it.
+    installed=False: a name of a library not installed resolves too (its EnvSpec says which
+    library serves it; `make` then names the extra): for describing, not making.
     """
     if isinstance(name, EnvSpec):
         if name.backend not in BY_NAME:
@@ -127,13 +189,26 @@ def resolve(name: str | EnvSpec) -> EnvSpec:
         raise ValueError(f"envs.make: an environment name must be a non-empty string, got {name!r}")
     head, sep, ident = name.partition("/")
     if sep and head in BY_NAME:
-        _require_installed(BY_NAME[head], name)
-        if ident in BY_NAME[head].registry():
+        ids, read = library_ids(BY_NAME[head])
+        if installed and not read:
+            raise _not_usable(BY_NAME[head], name)
+        if installed:
+            _require_installed(BY_NAME[head], name)
+        if ident in ids:
             return EnvSpec(head, ident)
         raise _unknown(name, f"{head} has no {ident!r}")
     for backend in BARE:
-        if name in backend.registry():
-            return EnvSpec(backend.name, name)
+        ids, read = library_ids(backend)
+        if name in ids:
+            if read or not installed:
+                return EnvSpec(backend.name, name)
+            raise _not_usable(backend, name)
+    for backend in (b for b in TABLE if not b.bare):
+        ids, read = library_ids(backend)
+        if name in ids:
+            absent = "" if read else f"; {problem(backend) or 'its import fails'}"
+            raise ValueError(f"envs.make: {name!r} is {backend.name}/{name}: the optional libraries answer only to "
+                             f"their prefix{absent}")
     raise _unknown(name, f"searched {', '.join(BACKENDS)} in that order")
 
 

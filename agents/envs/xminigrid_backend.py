@@ -5,9 +5,14 @@ XLand-MiniGrid steps as `reset(params, key) -> TimeStep`, `step(params, timestep
 -> TimeStep` without auto-reset: the JaxEnv's state is the TimeStep, its step is
 `backend.auto_reset` of xminigrid's; `done` where the TimeStep is the last of its episode
 (the goal reached, or `params.max_steps`). Observations (uint8 grids) are flattened to
-float32. XLand-MiniGrid has no action masks. The XLand-MiniGrid-R* tasks take a ruleset
-from a benchmark (`xminigrid.load_benchmark`, downloaded by xminigrid): give it through
-the pair's params (`params.replace(ruleset=...)`).
+float32. XLand-MiniGrid has no action masks.
+
+The XLand-MiniGrid-R* tasks are played under a ruleset (a goal, rules, the tiles placed):
+give one as the option `ruleset=` (a `xminigrid.types.RuleSet`, e.g.
+`xminigrid.load_benchmark("trivial-21k").get_ruleset(0)`, a benchmark xminigrid downloads
+once) or in the params (`params=`, or an (env, params) pair with `params.replace(ruleset=...)`).
+Without one (their default params hold the empty ruleset: no goal, every reward 0) they are
+refused, naming how to give it; by name in a study, through a factory that returns the pair.
 
 Options: `params=` (replacing the defaults) and any field of its EnvParams as a keyword
 (e.g. `max_steps=50`); keyword arguments of `xminigrid.make` go in `env_kwargs=`.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agents.envs.backend import (
     Backend,
@@ -60,6 +66,13 @@ def _from_object(obj, **opts) -> JaxEnv:
 
 def _jax_env(env, params, name: str, **fields) -> JaxEnv:
     params = with_fields(params, fields, name, "xminigrid")
+    ruleset = getattr(params, "ruleset", None)
+    if ruleset is not None and not np.asarray(ruleset.goal).any():  # xminigrid's EmptyGoal encodes as zeros
+        raise ValueError(f"envs.make({name!r}): an XLand-MiniGrid task needs a ruleset, and its params hold the "
+                         f"empty one (no goal: every reward 0). Give ruleset= (an xminigrid RuleSet, e.g. "
+                         f"xminigrid.load_benchmark('trivial-21k').get_ruleset(0)), or params / an (env, params) "
+                         f"pair with params.replace(ruleset=...); in a study by name, a factory returning that pair "
+                         f"(docs/environment-libraries.md)")
     first = jax.eval_shape(env.reset, params, jax.random.PRNGKey(0))
 
     def reset(key):

@@ -49,9 +49,12 @@ none finished). An iteration with a non-finite reward or one above MAX_ABS_OBJEC
 computed from it: the tuner ignores and counts it (never learns from it).
 metrics["episode_return"] is NaN until an episode has finished.
 
-Divergence guard: each minibatch step whose new parameters or optimiser state would
-contain a non-finite value is rejected (parameters and optimiser state are kept);
-metrics["rejected"] is 1 for an iteration with any rejected step. Training goes on.
+Divergence guard: a minibatch step whose loss or gradient is not finite is rejected
+(parameters and optimiser state kept, `adam.step`: the choice fused into the Adam update, no
+extra pass over the state); an iteration whose accepted steps still leave a non-finite
+value in the parameters or optimiser state (an overflow: finite gradients, an absurd
+learning rate) is undone at its end. metrics["rejected"] is 1 for an iteration with any
+rejected step or undone update. Training goes on.
 
 Loss: clipped surrogate + vf_coef * 0.5 * (V - target)^2 (unclipped value loss,
 vf_coef 0.5; with vf_clip_eps set or tuned ARLBench's clipped one) - ent_coef * entropy;
@@ -59,7 +62,8 @@ Adam (eps 1e-5) after global-norm clipping 1.0. PPOConfig.minibatch_size (a size
 may replace num_minibatches.
 Termination and time-limit truncation are both treated as terminal (no bootstrap).
 
-Modules: config (PPOConfig, TUNABLE, check_space), stages (the pure stages: rollout,
+Modules: config (PPOConfig, TUNABLE, check_space), adam (the guarded clipped-Adam step),
+stages (the pure stages: rollout,
 gae, update_epochs, ppo_loss, iteration_objective, episode_return), learner
 (LearnerState, Learner, make_learner, make_train, eval_key).
 """

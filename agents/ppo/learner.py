@@ -15,7 +15,7 @@ from flax import struct
 
 from agents import envs
 from agents import networks as nets
-from agents.ppo import stages
+from agents.ppo import adam, stages
 from agents.ppo.config import OPTIMIZER_HPARAMS, PPOConfig, check_batch_options, check_space, max_rollout_steps
 from agents.wrappers import ObsStats, init_obs_stats, normalize_obs, update_obs_stats
 from hcjax.population import Population, exploit_in_place
@@ -92,7 +92,8 @@ class Parts(NamedTuple):
     """The static pieces the learner's functions share: max_steps rollout steps,
     num_samples = max_steps x num_envs, num_minibatches M (`PPOConfig.minibatches`),
     minibatch_length = ceil(num_samples / M), index: hyperparameter name -> position in the
-    tuner's values; clip_values: the value loss is clipped (vf_clip_eps set or tuned)."""
+    tuner's values; clip_values: the value loss is clipped (vf_clip_eps set or tuned); flat: the
+    optimiser's layout (`make_optimizer`; its state's, stepped by `adam.step`)."""
 
     config: PPOConfig
     env: Any
@@ -104,6 +105,7 @@ class Parts(NamedTuple):
     num_minibatches: int
     minibatch_length: int
     clip_values: bool
+    flat: bool
     actor: nets.Actor
     critic: nets.Critic
     opt: Any
@@ -126,7 +128,8 @@ def make_optimizer(learning_rate, max_grad_norm, adam_eps, flat: bool):
     in 0.80-0.95x the time (one Adam update instead of one per array;
     experiments/benchmarks/bench_compile.py), and its state holds flat moment vectors. It costs
     a concatenation and a split of every parameter per update, so make_learner takes it only
-    for small networks (FLAT_MAX_PARAMS)."""
+    for small networks (FLAT_MAX_PARAMS). The learner initialises it here and steps its state
+    with `adam.step` (the same arithmetic, a rejected step fused into it)."""
     tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=adam_eps))
     return optax.flatten(tx) if flat else tx
 
@@ -170,7 +173,8 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
         flat=flat, **{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
     p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
               max_steps=max_steps, num_samples=N, num_minibatches=M, minibatch_length=-(-N // M),
-              clip_values=config.vf_clip_eps is not None or "vf_clip_eps" in index, actor=actor, critic=critic, opt=opt,
+              clip_values=config.vf_clip_eps is not None or "vf_clip_eps" in index, flat=flat, actor=actor,
+              critic=critic, opt=opt,
               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
     bound = {name: functools.partial(fn, p) for name, fn in dict(
         init=init, iterate=iterate, evaluate=evaluate, act=act, value=value, learn=learn, n_steps=n_steps,
@@ -353,10 +357,9 @@ def _loss(p: Parts, params, batch, mask, hparams):
                            hparam(p, hparams, "vf_clip_eps") if p.clip_values else None, normalize)
 
 
-def _sgd_step(p: Parts, hparams, params, opt_state, batch, mask):
-    grads, _ = jax.grad(functools.partial(_loss, p), has_aux=True)(params, batch, mask, hparams)
-    updates, new_opt = p.opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), new_opt
+def _sgd_step(p: Parts, hparams, params, opt_state, batch, mask, ok):
+    (loss, _), grads = jax.value_and_grad(functools.partial(_loss, p), has_aux=True)(params, batch, mask, hparams)
+    return adam.step(opt_state, params, grads, ok & jnp.isfinite(loss), p.flat)
 
 
 def _tune(p: Parts, state, objective, tell, hparams, key, do_ask):

@@ -148,10 +148,14 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
     """Epochs (one per key of epoch_keys (K, 2)) of `num_minibatches` guarded updates.
 
     samples: pytree of (N, ...) arrays; valid: (N,) bool; update(params, opt_state,
-    batch (length, ...), mask (length,)) -> (params, opt_state). Every valid sample is in
-    exactly one minibatch per epoch (`epoch_order`, `minibatch_rows`). An update whose
-    result holds a non-finite value is rejected (params and opt_state kept), and so is
-    an empty minibatch. Returns (params, opt_state, rejected: bool, any non-finite update).
+    batch (length, ...), mask (length,), ok) -> (params, opt_state, accepted): a step taken
+    only where the bool scalar ok (the minibatch is not empty) and its own checks (a finite
+    loss and gradient: `adam.step`) hold, the state kept otherwise. Every valid sample is in
+    exactly one minibatch per epoch (`epoch_order`, `minibatch_rows`). After the epochs, a
+    non-finite value in the parameters or the optimiser state (an accepted step that
+    overflowed) undoes them all: the given params and opt_state are returned.
+    Returns (params, opt_state, rejected: bool, a non-empty minibatch's step rejected or the
+    epochs undone).
     """
     n_valid = jnp.sum(valid.astype(jnp.int32))
 
@@ -162,18 +166,15 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
             params, opt_state, rejected = carry
             rows, mask, size = minibatch_rows(order, m, n_valid, num_minibatches, length)
             batch = jax.tree.map(lambda x: x[rows], samples)
-            new_params, new_opt = update(params, opt_state, batch, mask)
-            finite = all_finite(new_params) & all_finite(new_opt)
-            accept = finite & (size > 0)
-            params = select(accept, new_params, params)
-            opt_state = select(accept, new_opt, opt_state)
-            return (params, opt_state, rejected | ~finite), None
+            params, opt_state, accepted = update(params, opt_state, batch, mask, size > 0)
+            return (params, opt_state, rejected | ((size > 0) & ~accepted)), None
 
         carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_minibatches))
         return carry, None
 
-    (params, opt_state, rejected), _ = jax.lax.scan(epoch, (params, opt_state, jnp.asarray(False)), epoch_keys)
-    return params, opt_state, rejected
+    (new_params, new_opt, rejected), _ = jax.lax.scan(epoch, (params, opt_state, jnp.asarray(False)), epoch_keys)
+    finite = all_finite(new_params) & all_finite(new_opt)
+    return select(finite, new_params, params), select(finite, new_opt, opt_state), rejected | ~finite
 
 
 def ppo_loss(actor_apply, critic_apply, params, batch, mask, clip_eps, vf_coef, ent_coef, discrete,

@@ -11,8 +11,10 @@ The scripts (each `main(argv) -> dict` with `--out FILE.json` and `--quick`):
     experiments.benchmarks.bench_compile     compilation and step time of a PPO program, flat vs per-array optimiser
     experiments.benchmarks.bench_guard       the PPO speed guard: hcjax's PPO step / a minimal PPO's, one process
     experiments.benchmarks.bench_sweep       a study's sweep: seconds per configuration and seed per 1e5 CartPole steps
+    experiments.benchmarks.bench_peers       hcjax's PPO beside rejax's, one process (the `peers` extra)
 
-A script that is not there (yet) is reported as missing, one that fails as an error with
+A script that is not there (yet), or whose optional package is not installed (bench_peers
+without the `peers` extra), is reported as missing, one that fails as an error with
 its traceback; the others still run. Output: OUT/<script>.json from each script, and
 OUT/report.json + OUT/report.md with the device, package versions and every table.
 """
@@ -31,9 +33,10 @@ from pathlib import Path
 from experiments import deps
 from experiments.study import provenance
 from experiments.study import store as R
+from hcjax.extras import PROVIDED_BY
 
 SCRIPTS = ("bench_controller", "bench_tuners", "bench_population", "bench_population_distributed", "bench_ppo",
-           "bench_own_loop", "bench_compile", "bench_guard", "bench_sweep")
+           "bench_own_loop", "bench_compile", "bench_guard", "bench_sweep", "bench_peers")
 
 
 class _Tee(io.StringIO):
@@ -68,8 +71,11 @@ def run_script(name: str, out: Path, quick: bool) -> dict:
         status = "ok"
     except SystemExit as e:  # argparse rejected our flags
         report, status = {"message": f"main({argv}) exited with {e.code}"}, "error"
-    except Exception:  # noqa: BLE001 - a failing benchmark must not stop the others
-        report, status = {"message": traceback.format_exc()}, "error"
+    except Exception as e:  # noqa: BLE001 - a failing benchmark must not stop the others
+        # an optional package the benchmark needs is missing (its message names the extra), or a failure
+        optional = isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in PROVIDED_BY
+        report = {"message": str(e) if optional else traceback.format_exc()}
+        status = "missing" if optional else "error"
     result = {"status": status, "seconds": time.perf_counter() - t0, "stdout": tee.getvalue()}
     if status == "ok":
         result["report"] = report if isinstance(report, dict) else {"returned": repr(report)}

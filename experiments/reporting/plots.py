@@ -15,6 +15,8 @@
     tables/measured_nothing.md    the units whose evaluations all scored the same (only when there are such)
     tables/verdict.md, .json      the verdict on the test seeds (only for a study with test seeds, see
                                   experiments.reporting.verdict); figures/verdict.png its intervals
+    figures/headroom.png          each environment's sweep configurations against the default, from
+                                  the tuning seeds (only for a study with a sweep: experiments.reporting.headroom)
     tables/aggregate.md, .json    per method IQM and mean of normalised scores and P(HC > method),
                                   with stratified-bootstrap 95% intervals (see experiments.reporting.stats)
     figures/aggregate.png         IQM and mean with their intervals per method
@@ -35,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.reporting import headroom, tables
 from experiments.reporting import stats as ST
-from experiments.reporting import tables
 from experiments.reporting.verdict import Verdict, has_test_seeds, verdict
 from experiments.reporting.verdict_text import column, method_label
 from experiments.reporting.views import (
@@ -53,7 +55,7 @@ from experiments.reporting.views import (
 from experiments.study import unfinished
 from experiments.study.files import safe_name
 from experiments.study.methods import color, label
-from experiments.study.protocol import REPLAY
+from experiments.study.protocol import REPLAY, SWEEP, configuration_means
 from experiments.study.store import (
     StudyDir,
     UnitResult,
@@ -303,6 +305,41 @@ def figure_verdict(judged: Verdict, path) -> Path:
     return _save(fig, path, plt)
 
 
+def figure_headroom(units, path) -> Path | None:
+    """The headroom of every environment with a sweep (`headroom`), a panel each: the sweep's
+    configurations sorted by their mean final evaluation on the tuning seeds (coloured where they
+    beat the default by more than one seed standard deviation), the default's mean (a line) and
+    that standard deviation (a band); None without a sweep."""
+    by = {(u.meta["env"], u.meta["method"]): u for u in units}
+    rooms = headroom.headroom(units)
+    if not rooms:
+        return None
+    plt = _matplotlib()
+    fig, axes = plt.subplots(1, len(rooms), figsize=(4.4 * len(rooms), 3.4), squeeze=False)
+    for ax, (env, room) in zip(axes[0], rooms.items()):
+        sweep = by[(env, SWEEP)]
+        rows = np.asarray(sweep.meta["sweep"]["configuration"])
+        own = np.unique(rows[headroom.default_rows(sweep.meta["sweep"])])
+        means = configuration_means(final_eval(sweep), rows)
+        means = np.sort(np.delete(means, own))[::-1]
+        above = means - room.default_mean > room.sigma
+        x = np.arange(1, means.size + 1)
+        ax.axhspan(room.default_mean - room.sigma, room.default_mean + room.sigma, color="tab:gray", alpha=0.25,
+                   label="default +- one seed sd")
+        ax.axhline(room.default_mean, color="k", lw=1)
+        ax.scatter(x[~above], means[~above], s=10, color="tab:gray", label="configurations")
+        ax.scatter(x[above], means[above], s=12, color="tab:green", label="above the default by > 1 sd")
+        ax.set_title(f"{env}: {room.better} of {room.configurations} above" + (" (ceiling)" if room.ceiling else ""),
+                     fontsize=10)
+        ax.set_xlabel("sweep configuration, by rank")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("mean final evaluation, tuning seeds")
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    fig.suptitle("Headroom: is there anything above the default to find?", fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path, plt)
+
+
 def _copies(unit: UnitResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The copies of a population unit's lineage before its last iteration, population step by
     step, agent by agent: (C,) iterations done at the step, (C,) copying agents i, (C,) donors j."""
@@ -408,6 +445,9 @@ def plot(out: str | os.PathLike, units: list[UnitResult] | None = None, reps: in
         except unfinished.Unfinished as e:
             waiting = f"Not written: {e}\n"
     paths = {name: write(units, summary, out / "figures" / file) for name, (file, write) in FIGURES.items()}
+    room = figure_headroom(units, out / "figures" / "headroom.png")
+    if room is not None:
+        paths["headroom_figure"] = room
     if judged is not None:
         paths["verdict_figure"] = figure_verdict(judged, out / "figures" / "verdict.png")
         paths["verdict_json"] = out / "tables" / "verdict.json"

@@ -30,7 +30,9 @@ a poor default, M:P = M started from P (`protocol.started_from`):
     level from P         (mean M - mean P) / (mean D - mean P): where M's own runs (which never
                          started at P) land between P and the default: not a recovery
     cost                 frames (and seconds, meta['run_seconds'] = one run) of one run of M
-                         over the whole sweep's (its N x k runs)
+                         over the whole sweep's (its N x k runs); seconds of a method whose
+                         program ran other units too (fused_methods) are that program's split
+                         evenly over its runs: status 'shared', not measured per method
 
 and for the incumbent and each poor default P(> D), for each replayed schedule P(replay > D)
 and P(replay > fresh runs of M). Over all environments the means are of scores normalised per
@@ -58,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.reporting import arlbench, headroom, verdict_text
+from experiments.reporting import arlbench, caveats, headroom, verdict_text
 from experiments.reporting import stats as ST
 from experiments.reporting.tables import strict_json
 from experiments.reporting.verdict_text import (
@@ -70,7 +72,9 @@ from experiments.reporting.verdict_text import (
     LANDING,
     RECOVERY,
     SECONDS,
+    SEEDS_ALONE,
     SHARE,
+    SHARED,
 )
 from experiments.reporting.views import ALL, final_eval, measured_nothing
 from experiments.study import unfinished
@@ -88,6 +92,7 @@ from experiments.study.protocol import (
     started_from,
 )
 from experiments.study.store import StudyDir, UnitResult, load_units
+from hcjax import calls
 from hcjax.extras import require
 
 DEFAULT = "fixed"  # the study's default configuration
@@ -102,11 +107,14 @@ class NoTestSeeds(ValueError):
 class Stratum:
     """The runs of one unit in one environment: what the bootstrap resamples.
     name: the unit's method (names its generator); scores: (n,) final evaluations (NaN: none);
-    flag: `views.measured_nothing` of the unit (None: it measured something)."""
+    flag: `views.measured_nothing` of the unit (None: it measured something); seeds: (n,) the
+    runs' seed ids; hparams: name -> (n,) each run's final hyperparameters (naming collapses)."""
 
     name: str
     scores: np.ndarray
     flag: str | None
+    seeds: np.ndarray | None = None
+    hparams: dict | None = None
 
 
 Roles = dict  # role (a method without '@test'; 'sweep' = the incumbent's runs) -> env -> Stratum
@@ -144,11 +152,14 @@ def roles(units: list[UnitResult], phase: str) -> Roles:
         k = kind(u.meta["method"])
         if k.phase != phase:
             continue
-        role, scores = (REPLAY if k.replay else "") + k.base, final_eval(u)
+        role, scores, keep = (REPLAY if k.replay else "") + k.base, final_eval(u), slice(None)
         if phase == TUNING_PHASE and role == SWEEP:
             rows = np.asarray(u.meta["sweep"]["configuration"])
-            scores = scores[np.isin(rows, chosen[u.meta["env"]])]
-        out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores, measured_nothing(u))
+            keep = np.isin(rows, chosen[u.meta["env"]])
+        hparams = {name: u.hparams[keep, -1, i] for i, name in enumerate(u.meta.get("hparam_names", []))
+                   if u.hparams.ndim == 3 and u.hparams.shape[1]}
+        out.setdefault(role, {})[u.meta["env"]] = Stratum(u.meta["method"], scores[keep], measured_nothing(u),
+                                                          np.asarray(u.seeds)[keep], hparams)
     order = {m: i for i, m in enumerate(ALL_METHODS)}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0].removeprefix(REPLAY), len(order)),
                                                     kv[0].startswith(REPLAY), kv[0])))
@@ -172,9 +183,9 @@ def _scope(sides: list[dict], envs: list[str]) -> tuple[list[str], list[str], li
 
 
 def _row(kind: str, estimate=float("nan"), ci=(float("nan"),) * 2, status: str = "", envs=(), seeds: int = 0,
-         note: str = "") -> dict:
+         note: str = "", **more) -> dict:
     return {"estimate": float(estimate), "low": float(ci[0]), "high": float(ci[1]), "status": status,
-            "envs": list(envs), "seeds": int(seeds), "note": note, "kind": kind}
+            "envs": list(envs), "seeds": int(seeds), "note": note, "kind": kind, **more}
 
 
 def _seeds(side: dict, envs: list[str]) -> int:
@@ -206,21 +217,29 @@ def _all_nan(sides: list[dict], envs: list[str]) -> list[str]:
     return out
 
 
-def probability(a: dict, b: dict, envs: list[str], reps: int, seed: int, confidence: float) -> dict:
-    """P(A > B) over `envs` (env -> Stratum each), with its interval and status: 'better'
-    (interval above 0.5), 'worse', 'not separated', 'not testable' (a stratum of one run),
-    'not measured' (no environment where both measured something), 'evaluations all NaN' (a
-    side's final evaluations hold no finite number: the note names it)."""
+def probability(a: dict, b: dict, envs: list[str], reps: int, seed: int, confidence: float,
+                normalised: dict | None = None) -> dict:
+    """P(A > B) over `envs` (env -> Stratum each) and its call (`hcjax.calls.call`: the exact
+    stratified permutation test; status 'better', 'worse', 'not separated', 'too few seeds to
+    tell', 'not measured': no environment where both measured something, or 'evaluations all
+    NaN': a side's final evaluations hold no finite number, the note names it), with the
+    bootstrap interval where `calls.call` shows one (else NaNs, and the note says why), the
+    p-value and each side's mean ('means': raw in one environment; over several, of the scores
+    in `normalised`, role name -> env -> (n,), as `share`)."""
     used, unmeasured, flags = _scope([a, b], envs)
     if not used:
         return _not_measured("probability", [a, b], envs, unmeasured, flags)
     names = (a[used[0]].name, b[used[0]].name)
-    r = ST.probability_of_improvement({e: a[e].scores for e in used}, {e: b[e].scores for e in used}, names, reps,
-                                      seed, confidence)
-    lo, hi = r["ci"]
-    one_run = min(_seeds(a, used), _seeds(b, used)) < 2
-    status = "not testable" if one_run else "better" if lo > 0.5 else "worse" if hi < 0.5 else "not separated"
-    return _row("probability", r["p"], r["ci"], status, used, _seeds(a, used), _left_out(unmeasured, flags))
+    xs, ys = [ST.finite(a[e].scores) for e in used], [ST.finite(b[e].scores) for e in used]
+    r = ST.probability_of_improvement(dict(zip(used, xs)), dict(zip(used, ys)), names, reps, seed, confidence)
+    made = calls.call(xs, ys, r["ci"], confidence, seed)
+    scale = normalised if normalised is not None and len(used) > 1 else None
+    means = [float(np.mean([np.mean(ST.finite(side[e].scores if scale is None else scale[side[e].name][e]))
+                            for e in used])) for side in (a, b)]
+    note = "; ".join(n for n in (made.no_interval, _left_out(unmeasured, flags)) if n)
+    return _row("probability", made.p, made.ci, made.verdict, used, _seeds(a, used), note, p_value=made.p_value,
+                test=made.test, call=made.words, means=means, normalised=scale is not None,
+                runs=int(sum(x.size for x in xs)))
 
 
 def _left_out(unmeasured: list[str], flags: list[str]) -> str:
@@ -303,11 +322,29 @@ def phase_rows(units: list[UnitResult], phase: str, reps: int, seed: int, confid
         for scope in [ALL] + envs:
             within = envs if scope == ALL else [scope]
             if statistic == "probability":
-                row = probability(*sides, within, reps, seed, confidence)
+                row = probability(*sides, within, reps, seed, confidence, normalised)
             else:
                 row = share(*sides, normalised, within, reps, seed, confidence)
             rows.append({"phase": phase, "env": scope, "method": method, "comparison": comparison, **row})
     return rows + cost_rows(units, phase, envs)
+
+
+def reference_rows(units: list[UnitResult], reps: int, seed: int, confidence: float) -> list[dict]:
+    """What the seeds alone can do: the default's test-seed runs against its tuning-seed runs
+    (`probability`, all environments then each; means over several environments of scores
+    normalised per environment over both), as the test phase's method SEEDS_ALONE. [] without
+    the default on both seed sets."""
+    test, tuning = (roles(units, phase).get(DEFAULT) for phase in (TEST_PHASE, TUNING_PHASE))
+    if not test or not tuning:
+        return []
+    envs = list(dict.fromkeys(u.meta["env"] for u in units))
+    normalised = ST.normalise({side[next(iter(side))].name: {e: s.scores for e, s in side.items() if not s.flag}
+                               for side in (test, tuning)})
+    rows = []
+    for scope in [ALL] + envs:
+        row = probability(test, tuning, envs if scope == ALL else [scope], reps, seed, confidence, normalised)
+        rows.append({"phase": TEST_PHASE, "env": scope, "method": SEEDS_ALONE, "comparison": BEATS_DEFAULT, **row})
+    return rows
 
 
 def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict]:
@@ -323,14 +360,24 @@ def cost_rows(units: list[UnitResult], phase: str, envs: list[str]) -> list[dict
         for comparison, cost in ((FRAMES, _frames), (SECONDS, _seconds)):
             per_env = {env: (cost(by[(env, name(m))], one=True), cost(by[(env, SWEEP)], one=False))
                        for env in envs if (env, name(m)) in by and (env, SWEEP) in by}
+            fused = {e: _fused(by[(e, name(m))]) for e in per_env} if comparison == SECONDS else {}
             for scope in [ALL] + envs:
                 pairs = list(per_env.values()) if scope == ALL else [per_env[scope]] if scope in per_env else []
                 known = pairs and all(a is not None and b is not None and b > 0 for a, b in pairs)
                 ratio = sum(a for a, _ in pairs) / sum(b for _, b in pairs) if known else float("nan")
+                shared = sorted({w for e, with_ in fused.items() if scope in (ALL, e) for w in with_})
+                status = "n/a" if not known else SHARED if shared else ""
+                note = f"one program ran it with {len(shared)} other unit(s) (fused_methods): that program's " \
+                       f"seconds, compilation included, split evenly over its runs" if shared else ""
                 rows.append({"phase": phase, "env": scope, "method": m, "comparison": comparison,
-                             **_row("cost", ratio, status="" if known else "n/a",
-                                    envs=[e for e in per_env if scope in (ALL, e)])})
+                             **_row("cost", ratio, status=status, envs=[e for e in per_env if scope in (ALL, e)],
+                                    note=note)})
     return rows
+
+
+def _fused(unit: UnitResult) -> list[str]:
+    """The methods a unit's program ran besides it (meta['fused_with']), [] when it ran alone."""
+    return [m for m in unit.meta.get("fused_with", []) if m != unit.meta["method"]]
 
 
 def _frames(unit: UnitResult, one: bool) -> float:
@@ -348,12 +395,17 @@ def _seconds(unit: UnitResult, one: bool) -> float | None:
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """rows: every number, one dict per (phase, env or ALL, method, comparison) with estimate,
-    low, high, status, envs, seeds (the method's fewest runs in an environment), note;
-    sentences: method -> one plain sentence (test seeds, all environments); flags: 'env /
-    method' -> `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's
-    size ({'configurations': N, 'seeds': k, 'repeats': R}, {} without a sweep); headroom: env ->
+    low, high, status, envs, seeds (the method's fewest runs in an environment), note, and on
+    P(> X) rows p_value, test, call (the call in words), means (the two sides'), collapsed
+    (on P(> default) rows: how many of the method's runs collapsed); sentences: method -> one
+    plain sentence (test seeds, all environments); flags: 'env / method' ->
+    `views.measured_nothing` of every unit that measured nothing; sweep: the sweep's size
+    ({'configurations': N, 'seeds': k, 'repeats': R}, {} without a sweep); headroom: env ->
     `headroom.Headroom` (from the tuning seeds: is there anything above the default to find?);
-    beside: env -> the rows of the table beside ARLBench's released runs (`arlbench.side_by_side`)."""
+    beside: env -> the rows of the table beside ARLBench's released runs (`arlbench.side_by_side`);
+    collapsed: every run below the worst run of the default and the poor defaults in its
+    environment and phase (`caveats.collapsed_runs`); warnings: lines to read the calls with
+    (`caveats.disagreements`)."""
 
     rows: list[dict]
     sentences: dict[str, str]
@@ -362,6 +414,8 @@ class Verdict:
     headroom: dict = dataclasses.field(default_factory=dict)
     beside: dict = dataclasses.field(default_factory=dict)
     budgets: dict = dataclasses.field(default_factory=dict)
+    collapsed: list = dataclasses.field(default_factory=list)
+    warnings: list = dataclasses.field(default_factory=list)
 
     @property
     def markdown(self) -> str:
@@ -372,7 +426,8 @@ class Verdict:
         """The Markdown with its headings at `level` (3: ###): the headroom first, then the verdict."""
         rooms = headroom.markdown(self.headroom, f"{'#' * level} Headroom (tuning seeds, before any test seed)")
         beside = arlbench.markdown(self.beside, f"{'#' * level} Beside ARLBench's released runs", self.budgets)
-        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level) + beside
+        return rooms + verdict_text.markdown(self.rows, self.sentences, self.flags, self.sweep, level,
+                                             self.collapsed, self.warnings) + beside
 
     def json(self) -> str:
         """Everything as strict JSON (NaN and infinities as null)."""
@@ -380,7 +435,8 @@ class Verdict:
                 "headroom": {env: dict(dataclasses.asdict(r), share=r.share, ceiling=r.ceiling)
                              for env, r in self.headroom.items()},
                 "beside_arlbench": {env: [dict(zip(arlbench.HEADER, row)) for row in rows]
-                                    for env, rows in self.beside.items()}}
+                                    for env, rows in self.beside.items()},
+                "collapsed": self.collapsed, "warnings": self.warnings}
         return json.dumps(strict_json(data), indent=1, allow_nan=False) + "\n"
 
     @property
@@ -392,7 +448,8 @@ class Verdict:
         return pd.DataFrame(self.rows, columns=COLUMNS)
 
 
-COLUMNS = ("phase", "env", "method", "comparison", "estimate", "low", "high", "seeds", "status", "envs", "note")
+COLUMNS = ("phase", "env", "method", "comparison", "estimate", "low", "high", "p_value", "seeds", "status", "envs",
+           "note")
 
 
 def has_test_seeds(units: list[UnitResult]) -> bool:
@@ -427,10 +484,15 @@ def verdict(source: str | os.PathLike | list[UnitResult], reps: int = ST.REPS, s
     if not has_test_seeds(units):
         raise NoTestSeeds("this study has no test seeds: run it with test_seeds (a count or a list of seed ids, "
                           "disjoint from the tuning seeds) to get a verdict on seeds the tuning never saw")
-    rows = [row for phase in PHASES for row in phase_rows(units, phase, reps, seed, confidence)]
+    rows = reference_rows(units, reps, seed, confidence)
+    rows += [row for phase in PHASES for row in phase_rows(units, phase, reps, seed, confidence)]
     flags = {f"{u.meta['env']} / {u.meta['method']}": measured_nothing(u) for u in units if measured_nothing(u)}
     sweep = sweep_size(units)
-    result = Verdict(rows, verdict_text.sentences(rows, sweep), flags, sweep, headroom.headroom(units))
+    strata = {phase: roles(units, phase) for phase in PHASES}
+    fell = [run for phase in PHASES for run in caveats.collapsed_runs(strata[phase], phase, DEFAULT)]
+    caveats.count_collapses(rows, fell, BEATS_DEFAULT, strata, DEFAULT)
+    result = Verdict(rows, verdict_text.sentences(rows, sweep, fell), flags, sweep, headroom.headroom(units),
+                     collapsed=fell, warnings=caveats.disagreements(rows, BEATS_DEFAULT, SEEDS_ALONE))
     result = dataclasses.replace(result, beside=arlbench.side_by_side(units, result), budgets=arlbench.budgets(units))
     if json_path is not None:
         atomic_write_text(json_path, result.json())

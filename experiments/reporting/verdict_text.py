@@ -4,27 +4,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.reporting import caveats
 from experiments.reporting.tables import markdown_table, probability_text
 from experiments.reporting.views import ALL
 from experiments.study.methods import label
 from experiments.study.protocol import POOR, REPLAY, SWEEP
+from hcjax.calls import p_text, probability_number
 
 # The comparisons (the rows' `comparison`); a poor default's recovery is RECOVERY + its name (from the
 # method's runs started there), LANDING + its name where the study has no such runs.
 BEATS_DEFAULT, BEATS_SWEEP, BEATS_FRESH = "P(> default)", "P(> sweep incumbent)", "P(> fresh runs)"
 SHARE, RECOVERY, FRAMES, SECONDS = "share of the sweep's gain", "recovery from ", "frames / sweep", "seconds / sweep"
 LANDING = "level from "
+SEEDS_ALONE = "seeds alone"  # the reference row's method: the default's test seeds against its tuning seeds
+SHARED = "shared"  # a cost row's status: seconds of a program that ran several methods, split over its runs
 DOCS = "docs/studies.md#the-verdict-does-tuning-help"
 HEADINGS = {"test": "On the test seeds (the claims)",
             "tuning": "On the tuning seeds (optimistic: the sweep chose its incumbent on these)"}
 ALL_NAN = "evaluations all NaN"  # a side's evaluations: none finite where it was compared
 NO_NUMBER = ("not measured", "no shared environment", ALL_NAN)  # statuses of rows without a number
-WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from",
-         "not testable": "not testable (one run) against"}
+WORDS = {"better": "better than", "worse": "worse than", "not separated": "not separated from"}
 
 
 def method_label(method: str) -> str:
-    """'HC', 'HC, schedule replayed', 'sweep incumbent', 'poor default lr_x10'."""
+    """'HC', 'HC, schedule replayed', 'sweep incumbent', 'poor default lr_x10', and the reference row."""
+    if method == SEEDS_ALONE:
+        return "default, test seeds against tuning seeds (what the seeds alone can do)"
     if method.startswith(REPLAY):
         return f"{label(method.removeprefix(REPLAY))}, schedule replayed"
     if method == SWEEP:
@@ -64,20 +69,41 @@ def cell(row: dict | None) -> str:
     if row is None:
         return ""
     if row["kind"] == "cost":
-        return fraction(row["estimate"])
+        return fraction(row["estimate"]) + (f" ({SHARED})" if row["status"] == SHARED else "")
     if row["kind"] == "share":
         return share_text(row)
     if row["status"] in NO_NUMBER:
         return row["status"]
-    mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row["status"])
-    return f"{probability_text(row['estimate'], (row['low'], row['high']))} {mark}"
+    mark = {"better": "**better**", "worse": "**worse**"}.get(row["status"], row.get("call", row["status"]))
+    fell = f", {row['collapsed']} collapsed" if row.get("collapsed") else ""
+    return f"{_numbers(row)} {mark}{fell}"
 
 
-def _against(row: dict, what: str) -> str:
-    """'better than the default, 0.62 [0.55, 0.70]' or 'not measured against the default (...)'."""
+def _numbers(row: dict) -> str:
+    """'0.62 [0.55, 0.70]' where the row shows its interval, else '0.62 (p = 0.08)'."""
+    if np.isfinite(row["low"]):
+        return probability_text(row["estimate"], (row["low"], row["high"]))
+    return f"{probability_number(row['estimate'])} ({p_text(row['p_value'], row['test'])})"
+
+
+def _means(row: dict) -> str:
+    """'means 444.4 and 442.5' or 'normalised means 0.71 and 0.64'."""
+    a, b = row["means"]
+    return f"normalised means {a:.2f} and {b:.2f}" if row.get("normalised") else f"means {a:.4g} and {b:.4g}"
+
+
+def _against(row: dict, what: str, collapsed=()) -> str:
+    """'better than the default, but 1 of 20 runs collapsed (seed 7: 9.4, learning_rate 0.01),
+    0.62 [0.55, 0.70], p = 0.003, means 444.4 and 442.5', 'too few seeds to tell (n = 2+2)
+    against the default, 0.75 (p = 0.33), ...' or 'not measured against the default (...)'."""
     if row["status"] in NO_NUMBER:
         return f"{row['status']} against {what}" + (f" ({row['note']})" if row["note"] else "")
-    return f"{WORDS[row['status']]} {what}, {probability_text(row['estimate'], (row['low'], row['high']))}"
+    head = f"{WORDS[row['status']]} {what}" if row["status"] in WORDS else f"{row['call']} against {what}"
+    fell = caveats.collapse_clause(row, list(collapsed))
+    if fell:
+        head += f", {'but' if row['status'] == 'better' else 'and'} {fell}"
+    p = "" if not np.isfinite(row["low"]) else f", {p_text(row['p_value'], row['test'])}"
+    return f"{head}, {_numbers(row)}{p}, {_means(row)}"
 
 
 def _gain(row: dict, sweep: dict, costs: dict) -> str:
@@ -116,17 +142,24 @@ def _cost(rows: dict, whose: str = "its") -> str:
     """'1/96 of its frames and 1/80 of its seconds' from the method's cost rows (ALL); `whose`
     names the sweep in the first part."""
     parts = [f"{fraction(rows[c]['estimate'])} of {'its' if i else whose} {word}"
+             + (" (shared with the methods of its program)" if rows[c]["status"] == SHARED else "")
              for i, (c, word) in enumerate((c, w) for c, w in ((FRAMES, "frames"), (SECONDS, "seconds"))
                                            if c in rows and np.isfinite(rows[c]["estimate"]))]
     return " and ".join(parts)
 
 
-def _seeds(seeds: int, envs: int) -> str:
-    return f"on {seeds} test seeds" + (f" in each of {envs} environments" if envs > 1 else "")
+def _seeds(seeds: int, envs: int, draws: int = 1) -> str:
+    """'on 20 test seeds in each of 3 environments'; draws > 1: the sweep's incumbents, one per draw,
+    each on the test seeds (its `seeds` runs are draws x the test seeds)."""
+    where = f" in each of {envs} environments" if envs > 1 else ""
+    if draws > 1:
+        return f"on {seeds // draws} test seeds{where} (the incumbents of its {draws} draws)"
+    return f"on {seeds} test seeds{where}"
 
 
-def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
-    """method -> one plain sentence on the test seeds over all environments."""
+def sentences(rows: list[dict], sweep: dict, collapsed=()) -> dict[str, str]:
+    """method -> one plain sentence on the test seeds over all environments (the reference row
+    first, when there is one); collapsed: the verdict's collapsed runs, counted in the sentences."""
     by: dict[str, dict[str, dict]] = {}
     for r in rows:
         if r["phase"] == "test" and r["env"] == ALL:
@@ -137,8 +170,11 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
         if first is None:
             continue
         parts = []
+        if method == SEEDS_ALONE:
+            out[method] = _seeds_alone(mine[BEATS_DEFAULT])
+            continue
         if BEATS_DEFAULT in mine:
-            parts.append(_against(mine[BEATS_DEFAULT], "the default"))
+            parts.append(_against(mine[BEATS_DEFAULT], "the default", collapsed))
         if BEATS_SWEEP in mine:
             parts.append(_against(mine[BEATS_SWEEP], "the sweep's incumbent"))
         if BEATS_FRESH in mine:
@@ -148,11 +184,22 @@ def sentences(rows: list[dict], sweep: dict) -> dict[str, str]:
         parts += [_recovery(r, c.removeprefix(RECOVERY)) for c, r in mine.items() if c.startswith(RECOVERY)]
         parts += [_recovery(r, c.removeprefix(LANDING), started=False) for c, r in mine.items()
                   if c.startswith(LANDING)]
-        seeds = _seeds(first["seeds"], len(first["envs"])) if first["envs"] else "on the test seeds"
+        draws = sweep.get("repeats", 1) if method == SWEEP else 1
+        seeds = _seeds(first["seeds"], len(first["envs"]), draws) if first["envs"] else "on the test seeds"
         name = f"{label(method.removeprefix(REPLAY))}'s schedules replayed" if method.startswith(REPLAY) \
             else method_label(method)
         out[method] = f"{name[0].upper()}{name[1:]} {seeds}: {'; '.join(parts)}."
     return out
+
+
+def _seeds_alone(row: dict) -> str:
+    """The reference row's sentence."""
+    if row["status"] in NO_NUMBER:
+        return f"The default against itself on the other seed set (what the seeds alone can do): {row['status']}."
+    envs = f" in each of {len(row['envs'])} environments" if len(row["envs"]) > 1 else ""
+    p = "" if not np.isfinite(row["low"]) else f", {p_text(row['p_value'], row['test'])}"
+    return (f"The default on {row['seeds']} test seeds{envs} against its own tuning seeds (what the seeds alone can "
+            f"do): {row['call']}, {_numbers(row)}{p}, {_means(row)}.")
 
 
 def column(comparison: str) -> int:
@@ -181,15 +228,20 @@ def phase_tables(rows: list[dict], phase: str) -> str:
     return text
 
 
-def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str], sweep: dict, level: int = 3) -> str:
-    """The verdict page: the sentences, the test-seed tables, the tuning-seed tables, the flags,
-    under headings of `level` (3: ###)."""
+def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str], sweep: dict, level: int = 3,
+             collapsed=(), warnings=()) -> str:
+    """The verdict page: the sentences, the warnings, the test-seed tables, the tuning-seed
+    tables, the collapsed runs, the flags, under headings of `level` (3: ###)."""
     hashes = "#" * level
     draws = f" in each of {sweep['repeats']} draws" if sweep.get("repeats", 1) > 1 else ""
     n = f"{sweep['configurations']} configurations x {sweep['seeds']} tuning seeds{draws}" if sweep else "no sweep"
     text = "".join(f"- {s}\n" for s in sentences_.values()) + "\n"
-    text += (f"Cells: P(> X) [95% CI], the probability that a run of the method ends above a run of X (ties "
-             f"count 1/2), **better** / **worse** where the interval excludes 0.5; share of the sweep's gain "
+    text += "".join(f"- **Warning**: {w}.\n" for w in warnings) + ("\n" if warnings else "")
+    text += (f"Cells: P(> X), the probability that a run of the method ends above a run of X (ties count 1/2), "
+             f"**better** / **worse** where the exact stratified permutation test gives p <= 0.05, with the "
+             f"bootstrap's 95% CI where it is trustworthy and agrees (else the p-value; hcjax.calls), 'too few "
+             f"seeds to tell' where no outcome could reach 0.05, and the runs that collapsed (below every run of the "
+             f"default and the poor defaults; named below the tables); share of the sweep's gain "
              f"({n}): (method - default) / (incumbent - default) of mean final evaluations, 100% = as good as "
              f"the sweep's incumbent; recovery from a poor default: (method started at poor - poor) / (default - "
              f"poor); level from a poor default (a study whose methods never started there): (method - poor) / "
@@ -197,6 +249,8 @@ def markdown(rows: list[dict], sentences_: dict[str, str], flags: dict[str, str]
              f"over seeds. How to read it: {DOCS}.\n\n")
     for phase in ("test", "tuning"):
         text += f"{hashes} {HEADINGS[phase]}\n\n" + phase_tables(rows, phase)
+    if collapsed:
+        text += f"{hashes} Collapsed runs\n\n" + caveats.collapse_table(list(collapsed), method_label) + "\n"
     if flags:
         text += f"{hashes} Evaluations that measured nothing\n\n" + "".join(f"- {k}: {v}\n" for k, v in flags.items())
     return text

@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import math
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +38,9 @@ from experiments.study import tensorboard as live_scalars
 from experiments.study.build import DEFAULT_MEMORY_LIMIT_GIB
 from experiments.study.checks import check, study_warnings
 from experiments.study.plan import Plan, Preset, unit_keys
+from experiments.study.progress import ticking
 from experiments.study.store import StudyBusy, StudyDir
+from hcjax import calls
 
 PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(Preset))
 # a Study's own attributes (the others, Preset fields set on a Study, live in its `changes`)
@@ -107,6 +110,7 @@ class Study:
         self._planned_from: tuple | None = None  # `_inputs()` when _plan was made
         self._builds: dict = {}  # own environments' builds when _plan was made (`own_envs.builds`)
         self._checked: float | None = None
+        self._dropped: tuple[str, ...] = ()
 
     def __setattr__(self, name: str, value) -> None:
         """The study's own attributes as they are; another Preset field (eval_every, ppo, name,
@@ -161,6 +165,9 @@ class Study:
                                      iterations=self.iterations, space=self.space,
                                      env_factories=self.env_factories, own=own)
         self._planned_from, self._builds = inputs, own_envs.builds(e.make for e in self._plan.envs)
+        warn_few_seeds(self._plan)
+        replaced = names is None and self.env_factories is not None and isinstance(base, Preset)
+        self._dropped = tuple(base.envs) if replaced else ()  # the preset's, replaced by the factories
         return self._plan
 
     def _environments(self) -> tuple[list[str] | None, list[own_envs.Own]]:
@@ -181,20 +188,26 @@ class Study:
                 own.append(own_envs.from_object(env, label))
         return names, own
 
-    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> Plan:
+    def check(self, memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB,
+              log: Callable[[str], None] | None = None) -> Plan:
         """Everything checked before any work (ValueError): the plan, every environment
         built (a missing optional dependency named; a traced reset and step with PPO's action
         form), PPO settings, tuners, memory, and every environment the estimate does not know
-        run for a few steps (`probe_environments`: its cost, and whether it resets after done)."""
+        run for a few steps (`probe_environments`: its cost, and whether it resets after done).
+        log: receives a line as each step starts (None: silent)."""
+        say = log or (lambda msg: None)
+        if self._plan is None or self._checked != memory_limit_gib:
+            say("checking the study: its environments, methods and space")
         plan = self.plan()
         if self._checked == memory_limit_gib:
             return plan
         if not (isinstance(memory_limit_gib, (int, float)) and memory_limit_gib > 0
                 and math.isfinite(memory_limit_gib)):
             raise ValueError(f"--memory-limit-gib must be a finite number > 0, got {memory_limit_gib}")
-        check_environments(plan)
+        check_environments(plan, say)
+        say(f"checking the PPO settings, tuners and memory of {len(plan.units)} unit(s)")
         check(plan, memory_limit_gib)
-        probe_environments(plan)
+        probe_environments(plan, say)
         self._checked = memory_limit_gib
         return plan
 
@@ -207,10 +220,11 @@ class Study:
         mistake, before any work; the StudyRun it yields does the work (`execute`). Under
         jax.distributed every process's checks end with `processes.agree`: a process that
         failed them, or one given another study, stops all of them (processes.Disagreement)."""
-        writer = jax.process_index() == 0
+        writer, started = jax.process_index() == 0, time.monotonic()
         with contextlib.ExitStack() as stack:
             try:
                 run = self._take(stack, out, resume, progress, tensorboard, memory_limit_gib, log, writer)
+                run.started = started
             except (ValueError, StudyBusy) as e:
                 processes.refuse(e)  # the other processes stop with this message
                 raise
@@ -220,14 +234,14 @@ class Study:
     def _take(self, stack: contextlib.ExitStack, out, resume: bool, progress: bool, tensorboard: bool,
               memory_limit_gib: float, log, writer: bool) -> StudyRun:
         """`open`'s checks and the directory taken (its lock entered on `stack`) -> the StudyRun."""
-        plan = self.check(memory_limit_gib)
+        plan = self.check(memory_limit_gib, log or _to_stderr)
         if tensorboard and not live_scalars.available():
             raise ValueError('--tensorboard needs tensorboardX, which is not installed: '
                              'pip install "hcjax[tensorboard]"')
         store = StudyDir(out if out is not None else Path("runs") / plan.preset.name)
         if writer:
             stack.enter_context(store.lock())  # checks first that the directory can be written
-        run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log)
+        run = StudyRun(plan, store, writer, progress, tensorboard, memory_limit_gib, log, dropped=self._dropped)
         if writer and not resume and (store.read_manifest() is not None or store.units()):
             raise ValueError(f"{store.path} already holds a study; resume=True continues it, or choose "
                              f"another directory")
@@ -246,6 +260,16 @@ class Study:
         with self.open(out, resume=resume, progress=progress, tensorboard=tensorboard,
                        memory_limit_gib=memory_limit_gib, log=log) as run:
             return run.execute(plot=plot)
+
+
+def warn_few_seeds(plan: Plan) -> str:
+    """Warn (hcjax.calls.FewSeedsWarning), once per new plan and before any work, when the seeds its
+    claims are made on (the test seeds; without them, the seeds) are fewer than hcjax.calls.MIN_SEEDS
+    per method and environment; returns the message ('' when none)."""
+    test = len(plan.test_ids)
+    what = (f"each method's test seeds (test_seeds: {test}), where the verdict makes its claims" if test else
+            f"each method's seeds (seeds = {plan.preset.seeds}), where its comparisons are made")
+    return calls.warn_few_seeds(test or plan.preset.seeds, what, len(plan.envs), stacklevel=4, task="environment")
 
 
 class _Same:
@@ -279,6 +303,8 @@ class StudyRun:
     tensorboard: bool
     memory_limit_gib: float
     sink: Callable[[str], None] | None = None
+    dropped: tuple[str, ...] = ()  # the preset's environments that env_factories replaced
+    started: float | None = None  # time.monotonic() when the command began (the estimate counts it)
     keys: dict = dataclasses.field(default_factory=dict)
     finished: set | None = None
 
@@ -297,16 +323,24 @@ class StudyRun:
         re-raised; our failure outside a unit is appended to run.log and re-raised."""
         plan, store = self.plan, self.store
         p = plan.preset
-        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s)" if p.poor_defaults else "",
+        started = f" ({len(p.start_from_poor)} method(s) also started from each)" if p.start_from_poor else ""
+        protocol = "".join([f" + {len(p.poor_defaults)} poor default(s){started}" if p.poor_defaults else "",
                             f", every one again on {len(plan.test_ids)} test seed(s)" if plan.test_ids else ""])
         self.log(f"hcjax run: study {p.name}, {len(plan.envs)} env(s) x {len(p.methods)} method(s){protocol} x "
                  f"{p.seeds} seed(s), {p.iterations} iterations -> {store.path}")
         for e in plan.envs:
             runs_as = ran_as({"env": e.label, "make": e.make, "path": e.path})
-            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})"))
+            own = plan.timing(e)
+            schedule = f"; its own schedule: {own.iterations} iterations, a decision every {own.tune_every}, an " \
+                f"evaluation every {own.eval_every}" if e.schedule else ""
+            self.log(f"  environment {runs_as}" + ("" if e.why == "given directly" else f" (why: {e.why})") + schedule)
+        if self.dropped:
+            self.log(f"  not run: the preset's {', '.join(self.dropped)} (env_factories / --env-factory without envs / "
+                     f"--envs replace the preset's environments; name them in envs to run both)")
         finished = self.finished or set()
         done = estimate.checkpointed(plan, self.store, finished) if self.writer else {}
-        guess = estimate.estimate(plan, finished=finished, done=done)
+        began = self.started if self.started is not None else time.monotonic()
+        guess = estimate.estimate(plan, finished=finished, done=done, plot=plot, spent=time.monotonic() - began)
         if done:
             groups = ", ".join(f"{env} / {group} from iteration {it}" for (env, group), it in done.items())
             self.log(f"  resuming: {groups}")
@@ -349,23 +383,35 @@ class StudyRun:
         return result
 
 
-def probe_environments(plan: Plan) -> None:
+def _to_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def probe_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:
     """Run every environment of the plan that `build.measured` names for a few steps
     (`build.probe`: its cost, for the estimate), and refuse one that does not reset after
     `done`, returns NaN or infinity, or has states where its action mask allows no action
-    (`agents.envs.check_probe`: ValueError naming the environment and the fix)."""
+    (`agents.envs.check_probe`: ValueError naming the environment and the fix); `log` says each one."""
     for env in plan.envs:
         if build.measured(env):
-            agent_envs.check_probe(build.probe(plan, env))
+            log(f"  probing {env.label}: compiling its step for {build.probe_batch(plan, env)} copies and running it")
+            with ticking(log, f"  probing {env.label}: compiling its step"):
+                found = build.probe(plan, env)
+            log(f"  probed {env.label}: compiled in {found.compile_seconds:.1f} s, "
+                f"{found.step_seconds * 1e3:.2g} ms a step of {found.batch} copies")
+            agent_envs.check_probe(found)
 
 
-def check_environments(plan: Plan) -> None:
+def check_environments(plan: Plan, log: Callable[[str], None] = lambda msg: None) -> None:
     """Build every environment of the plan (cached for the run): one whose optional
     dependency is missing (gymnasium's DependencyNotInstalled, an ImportError, or its
-    backend's package missing or too old) is the user's to install: ValueError naming it."""
+    backend's package missing or too old) is the user's to install: ValueError naming it.
+    `log` says each one as it is built."""
     for env in plan.envs:
+        log(f"  building {env.label} ({env.path})")
         try:
-            build.environment(env.make)
+            with ticking(log, f"  building {env.label}"):
+                build.environment(env.make)
         except (ImportError, gymnasium.error.DependencyNotInstalled, RuntimeError) as e:
             backend = BACKENDS.get(env.path)
             missing = backend_problem(backend) if backend is not None else None

@@ -47,7 +47,7 @@ from experiments.study.plan import (
     unit_seeds,
 )
 from experiments.study.presets import check_unit_names
-from experiments.study.programs import evaluation_programs, tuner_programs, unit_programs
+from experiments.study.programs import announced, evaluation_programs, tuner_programs, unit_programs
 from experiments.study.progress import Progress
 from experiments.study.replay import measure_population_time, measure_tuner_time
 from experiments.study.store import StudyDir, UnitResult, load_unit
@@ -58,7 +58,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
               on_segment: Callable[[int], None] = lambda k: None,
               memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB, checkpoint: Checkpoint | None = None,
               tensorboard: Path | None = None, warn: Callable[[str], None] | None = None,
-              source: Callable[[str], UnitResult] | None = None) -> list[UnitResult]:
+              source: Callable[[str], UnitResult] | None = None,
+              phase: Callable[[str], None] = lambda text: None) -> list[UnitResult]:
     """Train every row of the units (env, method) of `methods` (resuming from `checkpoint`
     when it holds one) and measure each tuner's tuning time.
 
@@ -71,7 +72,8 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
     `source(method)` (the finished UnitResult of that method on this environment) as one
     program. keys: method -> the unit's config key. tensorboard: a directory for live scalars
     (`experiments.study.tensorboard`), or None; warn: receives its one message if it fails
-    (live logging then stops, the units go on)."""
+    (live logging then stops, the units go on); phase: told what the group does while its
+    iterations do not advance (building, compiling, timing the tuners)."""
     p, timing = plan.preset, plan.timing(env)
     t0 = time.perf_counter()
     rows = [unit_seeds(plan, m) for m in methods]
@@ -80,6 +82,7 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
         if source is None:
             raise ValueError(f"{env.label} / {'+'.join(methods)}: replayed units need their source units")
         schedules, which, replayed = replay_rows(plan, env, methods, source)
+    phase("building the learner and its tuners")
     kept = unit_programs(plan, env, methods, memory_limit_gib, schedules)  # a rerun compiles nothing
     environment, learner, tuners, population = kept.environment, kept.learner, kept.tuners, kept.population
     if methods == [protocol.SWEEP]:  # row r runs configuration r // k
@@ -105,11 +108,14 @@ def run_units(plan: Plan, env: EnvChoice, methods: list[str], keys: dict[str, st
             which = np.concatenate([which, np.zeros(n - n_real, np.int64)]).astype(np.int32)
         out = run_jax_unit(learner, ids, timing.iterations, timing.eval_every, on_segment, fast_compile=p.fast_compile,
                            checkpoint=checkpoint, which=which, population=population, on_record=on_record,
-                           program=kept.program, shared=evaluation_programs(plan, env, environment))
+                           program=announced(kept.program, phase),
+                           shared=announced(evaluation_programs(plan, env, environment), phase))
     if population is not None and "lineage_iteration" not in out:  # shorter than one tuning interval: no step
         out.update(lineage_iteration=np.zeros(0, np.int32), lineage_parent=np.zeros((len(ids), 0), np.int32),
                    lineage_objective=np.zeros((len(ids), 0), np.float32))
     train_seconds = float(out["train_seconds"])
+    if any(sub is not None for sub in tuners):
+        phase("timing each tuner's ask and tell on the host")
     results, start = [], 0
     for method, sub, seeds in zip(methods, tuners, rows):
         part = slice(start, start + len(seeds))
@@ -296,12 +302,12 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                              f"replay it wait for it; run the study again")
         return load_unit(path)
 
-    announced: set[str] = set()  # environments whose headroom was told
-    with Progress(len(plan.units), "units", "unit", enabled=progress, position=0) as bar:
+    told: set[str] = set()  # environments whose headroom was told
+    with Progress(len(plan.units), "units", "unit", enabled=progress, position=0, heartbeat=False) as bar:
         for env, methods in unit_groups(plan):
             interrupts.check()  # a stop whose exception was dropped (experiments.study.interrupts)
-            if protocol.kind(methods[0]).phase == protocol.TEST_PHASE and env.label not in announced:
-                announced.add(env.label)
+            if protocol.kind(methods[0]).phase == protocol.TEST_PHASE and env.label not in told:
+                told.add(env.label)
                 tell_headroom(plan, env, functools.partial(source, env.label), log)
             pending = []
             for method in methods:
@@ -328,7 +334,8 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                                         on_segment=on_segment, memory_limit_gib=memory_limit_gib,
                                         checkpoint=checkpoint,
                                         tensorboard=store.path / "tensorboard" if tensorboard and writer else None,
-                                        warn=log, source=functools.partial(source, env.label))
+                                        warn=log, source=functools.partial(source, env.label),
+                                        phase=inner.phase)
             except Exception as e:
                 if failures is None:
                     raise

@@ -190,6 +190,31 @@ def evaluation_programs(plan: Plan, env: EnvChoice, environment) -> Callable[[Ha
     return functools.partial(_program, _keep(_EVAL_KEPT, key, lambda: (environment, {}))[1])
 
 
+def announced(program: Callable[[Hashable, Callable[[], Any]], Any],
+              say: Callable[[str], None]) -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """`program` (a `program(name, build)`) that says "compiling ..." (`say`) before each
+    program it has to build (a kept one is said nothing of): compilation is silent minutes
+    on a busy CPU otherwise."""
+    def kept(name: Hashable, build: Callable[[], Any]):
+        def build_said():
+            if name != "init":  # a jax.jit object: it compiles as "init compiled"
+                say(f"compiling {_described(name)}")
+            return build()
+
+        return program(name, build_said)
+
+    return kept
+
+
+def _described(name: Hashable) -> str:
+    """What a program's name means, in words."""
+    if isinstance(name, tuple) and name[0] == "segment":
+        return f"the training segment ({name[1]} iteration(s))"
+    if isinstance(name, tuple) and name[0] == "evaluate":
+        return "the evaluation"
+    return {"init compiled": "the initial state"}.get(name, str(name))
+
+
 def built_anew(name: Hashable, build: Callable[[], Any]):
     """A `program(name, build)` that keeps nothing: every program built anew (the default of
     `loops.run_jax_unit` and of the `replay` measures)."""

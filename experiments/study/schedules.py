@@ -46,6 +46,8 @@ from experiments.study.devices import check_run_count, check_seed_ids, padded_co
 from experiments.study.keys import config_key, study_part
 from experiments.study.loops import run_jax_unit
 from experiments.study.plan import make_hyperparameter, unit_timing
+from experiments.study.programs import announced, built_anew
+from experiments.study.progress import Progress
 from experiments.study.protocol import SWEEP, TEST
 from experiments.study.store import StudyDir, UnitResult, load_unit, unit_name
 from hcjax.space import Space
@@ -128,11 +130,14 @@ def environment(unit: str, make: str, envs: Any = None, log: Callable[[str], Non
 
 
 def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str | os.PathLike | None = None,
-           on_segment=lambda k: None, envs: Any = None, log: Callable[[str], None] = _say) -> UnitResult:
+           on_segment=lambda k: None, envs: Any = None, log: Callable[[str], None] = _say,
+           progress: bool = False) -> UnitResult:
     """Replay unit `unit` of study directory `source` on `seeds` (seed ids); see the
     module docstring. out: a study directory to save the result in (None: not saved);
     envs: your own environment (object or factory reference) for a unit that ran one (None:
-    the factory the unit recorded); log: where the line saying a factory is imported goes."""
+    the factory the unit recorded); log: where the line saying a factory is imported goes, and
+    (progress) the line saying what is replayed; progress: a bar (a plain line in a log) over
+    the iterations, saying what compiles, as `hcjax run` shows (`experiments.study.progress`)."""
     if isinstance(seeds, range):
         check_run_count("seeds", len(seeds))  # before its ids are made
     ids = check_seed_ids("seeds", list(seeds) if isinstance(seeds, range) else seeds)  # first: nothing read yet
@@ -164,10 +169,19 @@ def replay(source: str | os.PathLike, unit: str, seeds: Sequence[int], out: str 
             return load_unit(store.unit_path(src.meta["env"], method))
     n = padded_count(S, len(jax.devices()))
     agent_ids = np.concatenate([ids, ids.max() + 1 + np.arange(n - S)])
+    if progress:
+        log(f"hcjax replay: {unit}'s {n_src} schedule(s) of {T} iterations on {S} new seed(s)"
+            + ("" if store is None else f" -> {store.path}"))
     t0 = time.perf_counter()
-    run = run_jax_unit(learner, agent_ids, T, unit_timing(config).eval_every, on_segment,
-                       fast_compile=bool(src.meta.get("fast_compile", False)),
-                       which=(np.arange(n) % n_src).astype(np.int32))
+    with Progress(T, f"replay {unit}", enabled=progress) as bar:
+        def segment_done(k):
+            on_segment(k)
+            bar.update(k)
+
+        run = run_jax_unit(learner, agent_ids, T, unit_timing(config).eval_every, segment_done,
+                           fast_compile=bool(src.meta.get("fast_compile", False)),
+                           which=(np.arange(n) % n_src).astype(np.int32),
+                           program=announced(built_anew, bar.phase), shared=announced(built_anew, bar.phase))
     meta = dict(env=src.meta["env"], method=method, make=src.meta.get("make"), path=src.meta.get("path"),
                 config=replay_config, config_key=key, study_key=skey,
                 hparam_names=list(space.names), source=dict(directory=str(Path(source)), unit=unit),

@@ -207,7 +207,8 @@ def draw_arms(key: jax.Array, n_arms: jax.Array, D: int, masked: bool) -> jax.Ar
 def arm_units(space: Space, grid: np.ndarray, n_arms: np.ndarray) -> np.ndarray:
     """(h, D) float32: each arm's position on its hyperparameter's scale in [0, 1] (a
     categorical's arm j: option j's bin centre), NaN for the masked arms j >= n_arms[i]."""
-    units = np.asarray(space.encode(jnp.asarray(grid.T))).T.copy()  # (h, D): column j is arm j of every row
+    with jax.ensure_compile_time_eval():  # constants even when the tuner is built inside a jit
+        units = np.asarray(space.encode(jnp.asarray(grid.T))).T.copy()  # (h, D): column j is arm j of every row
     units[np.arange(grid.shape[1])[None, :] >= n_arms[:, None]] = np.nan
     return units.astype(np.float32)
 
@@ -301,7 +302,7 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         """The arms nearest `values` (h,) in effect (`nearest_arms`)."""
         return state.replace(arms=nearest_arms(space, unit_arms, values))
 
-    unit_arms = jnp.asarray(arm_units(space, np.asarray(grid), np.asarray(n_arms)))
+    unit_arms = jnp.asarray(arm_units(space, *space.arm_grid(d)))
     arms = tuple(int(n) for n in space.arm_grid(d)[1])  # arm i in [0, n_arms[i]) (host ints: n_arms may be traced)
     return Tuner("hypercontroller", space, init, ask, tell, memory, values,
                  index_bounds=(("arms", arms), ("history", arms)), place=place)
