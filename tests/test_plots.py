@@ -219,7 +219,8 @@ def test_a_committed_study_replots_to_the_same_bytes(name, replotted):
 
 
 def test_every_committed_study_is_checked():
-    assert COMMITTED == ["cpu_learn_study", "cpu_study", "gpu_h100_5b602f1", "population_study", "verdict_study"]
+    assert COMMITTED == ["cpu_learn_study", "cpu_study", "gpu_h100_5b602f1", "headroom_study", "population_study",
+                         "verdict_study"]
 
 
 def test_lineage_copies_are_every_replaced_agent_before_the_last_iteration_step_by_step():

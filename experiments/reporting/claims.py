@@ -84,18 +84,21 @@ def all_nan(scores: ST.Scores, methods) -> list[tuple[str, str]]:
 
 # ---- budgets -------------------------------------------------------------------------------
 
-def frames_range(config: dict) -> tuple[int, int]:
-    """(low, high) frames per iteration of a unit's configuration: the batch size's search
-    range (a `space` entry named batch_size, or the older `batch_size: [low, high]`), else the
-    PPO batch size fixed for the run."""
+def frames_range(config: dict, frames: np.ndarray | None) -> tuple[tuple[int, int], bool]:
+    """((low, high) frames per iteration, tuned) of a unit: the batch size's search range (a
+    `space` entry named batch_size, or the older `batch_size: [low, high]`) and True; else the
+    frames its runs recorded per iteration (`frames`, (seeds, iterations): each environment's
+    own batch size; None: the configuration's PPO batch size) and False."""
     for h in config.get("space") or []:
         if h["name"] == "batch_size":
-            return int(h["low"]), int(h["high"])
+            return (int(h["low"]), int(h["high"])), True
     if isinstance(config.get("batch_size"), (list, tuple)):
         low, high = config["batch_size"]
-        return int(low), int(high)
-    size = int(config.get("ppo", {}).get("batch_size", 0))
-    return size, size
+        return (int(low), int(high)), True
+    if frames is None or not np.size(frames):
+        size = int(config.get("ppo", {}).get("batch_size") or 0)
+        return (size, size), False
+    return (int(np.min(frames)), int(np.max(frames))), False
 
 
 def device_name(manifest: dict | None, units) -> str:
@@ -113,15 +116,17 @@ def budget(units, manifest: dict | None = None) -> dict:
     frames per iteration (low, high) of the batch-size range, the mean frames per iteration the
     runs actually used, and the device."""
     envs, methods, _ = grouped(units)
-    ranges = {frames_range(u.meta["config"]) for u in units}
+    ranges = [frames_range(u.meta["config"], u.frames) for u in units]
     compared = [u for u in units if protocol.kind(u.meta["method"]).phase == protocol.TUNING_PHASE
                 and u.meta["method"] != protocol.SWEEP] or units  # the sweep's rows are configurations x seeds
     seeds = [int(u.seeds.size) for u in compared]
-    test = [int(u.seeds.size) for u in units if protocol.kind(u.meta["method"]).phase == protocol.TEST_PHASE]
+    test = [int(u.seeds.size) for u in units if protocol.kind(u.meta["method"]).phase == protocol.TEST_PHASE
+            and protocol.kind(u.meta["method"]).base != protocol.SWEEP]  # the sweep's: incumbents x test seeds
     return {"envs": envs, "methods": list(dict.fromkeys(u.meta["method"] for u in compared)),
             "seeds": (min(seeds), max(seeds)), "test_seeds": max(test, default=0),
             "iterations": sorted({int(u.train_reward.shape[1]) for u in units}),
-            "frames": (min(r[0] for r in ranges), max(r[1] for r in ranges)),
+            "frames": (min(r[0] for r, _ in ranges), max(r[1] for r, _ in ranges)),
+            "tuned": any(tuned for _, tuned in ranges),
             "mean_frames": float(np.mean(np.concatenate([np.ravel(u.frames) for u in units]))),
             "device": device_name(manifest, units)}
 
@@ -188,7 +193,7 @@ def budget_text(b: dict, names: dict[str, str] | None = None) -> str:
     test = f" (and every unit again on {b['test_seeds']} test seeds)" if b.get("test_seeds") else ""
     return (f"{len(b['envs'])} environments ({'; '.join(envs)}) × {len(b['methods'])} methods × "
             f"{_span(b['seeds'])} seeds{test}; {iterations} iterations of {_span(b['frames'])} frames per iteration "
-            f"(tuned; {b['mean_frames']:.0f} used on average); {b['device']}.")
+            f"({'tuned; ' if b.get('tuned', True) else ''}{b['mean_frames']:.0f} used on average); {b['device']}.")
 
 
 def summary_text(rows: list[dict]) -> str:
@@ -248,7 +253,7 @@ def program_rate(unit) -> dict:
     seconds = [float(s) for s in unit.meta["segment_seconds"]]
     lengths = segment_lengths(unit)
     steady = statistics.median(s / n for s, n in zip(seconds, lengths))
-    return {"agents": int(unit.meta["n_agents"]), "max_frames": frames_range(unit.meta["config"])[1],
+    return {"agents": int(unit.meta["n_agents"]), "max_frames": frames_range(unit.meta["config"], getattr(unit, "frames", None))[0][1],
             "seconds_per_iteration": steady, "compile_seconds": max(0.0, seconds[0] - steady * lengths[0])}
 
 

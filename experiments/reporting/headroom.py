@@ -14,8 +14,9 @@ its mean final evaluation over its tuning seeds:
     best       the best configuration's mean, and its margin over mean(D) in units of sigma
 
 Where no configuration beats the default by more than sigma, the default is at the task's
-ceiling: no tuner can beat it there (`ceiling`), and a verdict on that task measures only what
-tuning costs. The study prints this once an environment's tuning units are done, before any of
+ceiling as far as the sweep and the seeds can tell (`ceiling`: the best configuration's mean may
+still be above the default's, but not by more than the seeds' own spread), and a verdict on that
+task measures mostly what tuning costs. The study prints this once an environment's tuning units are done, before any of
 its test seeds run (`experiments.study.engine`); the verdict and the claims page lead with it.
 """
 from __future__ import annotations
@@ -109,7 +110,8 @@ def sentence(room: Headroom) -> str:
     head = f"{room.env}: the default scores {_number(room.default_mean)} on the tuning seeds"
     if room.ceiling:
         return (f"{head}, and none of {room.configurations} sweep configurations beats it by more than {noise} (the "
-                f"best scores {_number(room.best)}): the default is at this task's ceiling, no tuner can beat it here")
+                f"best scores {_number(room.best)}): the default is at this task's ceiling, as far as this sweep "
+                f"and these seeds can tell: no tuner can beat it here by more than the seeds' own spread")
     margin = f"{room.margin:.1f} standard deviations" if np.isfinite(room.margin) else "an unmeasured margin"
     return (f"{head}; {room.better} of {room.configurations} sweep configurations ({100 * room.share:.0f}%) beat it "
             f"by more than {noise}, the best ({_number(room.best)}) by {margin}")
