@@ -62,6 +62,19 @@ def fresh_process_caches() -> None:
             operator.attrgetter(drop)(sys.modules[name])()
 
 
+def _importing() -> bool:
+    """Whether this lowering runs while a module is imported: a module's import-time programs
+    belong to it, not to the file whose test happened to import it first (a run of one file
+    imports during its tests what the README's command imported while collecting every file:
+    test_readme alone lowered one program more)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Counting:
     """In each process that runs tests: the programs lowered per test file (and their names)."""
 
@@ -76,7 +89,7 @@ class Counting:
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
 
     def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
-        if event == _LOWERED and self.file is not None:
+        if event == _LOWERED and self.file is not None and not _importing():
             row = self.files[self.file]
             row["lowered"] += 1
             row["names"][str(kwargs.get("fun_name", "?"))] += 1
