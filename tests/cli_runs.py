@@ -1,5 +1,6 @@
 """For tests that run the `hcjax` command in a subprocess: start it, wait for what it
-writes, finish it; and the small study files they run (CartPole, or tests/tiny_env.py's walker)."""
+writes, finish it; and the small study files they run (CartPole, or tests/tiny_env.py's walker),
+with the suite's shared configurations of them (WALK_PAIR, WALK_TUNED)."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 # tests/tiny_env.py's walker as a study file's own environment, labelled "walk" (no gymnax)
 WALK = "walk=tests.tiny_env:make_walk"
+# The shared tiny studies (docs/development.md#writing-a-test): `tiny_study(**WALK_PAIR, iterations=2)`.
+# Runs of one configuration compile one set of programs, which the session's persistent
+# compilation cache then gives every other run of it, in a test process or an `hcjax` subprocess;
+# so a test whose point is not the configuration runs one of these (any number of iterations,
+# a multiple of eval_every; a subset of the methods; another label for the walker).
+# WALK_PAIR: test_study_cli's interrupted runs; WALK_TUNED: its checkpointed, killed and resumed runs.
+WALK_PAIR = dict(methods=["fixed", "random"], seeds=1, eval_every=2, eval_steps=16, envs=(), env_factories=(WALK,))
+WALK_TUNED = dict(methods=["hypercontroller"], seeds=2, eval_every=2, eval_steps=16, envs=(), env_factories=(WALK,))
 
 
 def hcjax(args, devices: int | None = None, environ: dict | None = None, **kw) -> subprocess.Popen:
@@ -80,6 +89,14 @@ def wait_for_checkpoint(procs: list[subprocess.Popen], ckpt: Path, at_least: int
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.001)
+
+
+def study_of(text: str):
+    """The experiments.Study of a study file's text (e.g. `tiny_study(...)`'s), to run in this process."""
+    import experiments
+    from experiments.study import studyfile
+
+    return experiments.Study(studyfile.loads(text))
 
 
 def tiny_study(methods, seeds: int, iterations: int, eval_every: int, hidden: int = 16, batch_high: int = 64,

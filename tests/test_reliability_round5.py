@@ -30,6 +30,7 @@ from experiments.study.devices import MAX_RUNS
 from experiments.study.store import StudyDir
 from hcjax.population import interval
 from tests import verdict_units as U
+from tests.cli_runs import WALK_PAIR, study_of, tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]
 WALK = "w=tests.tiny_env:make_walk"  # a tiny own environment: no gymnax import
@@ -118,14 +119,15 @@ def test_a_fifo_named_like_a_unit_is_skipped_with_a_warning_by_every_reader(tmp_
     assert err.count(f"warning: {fifo}: unreadable unit file (ValueError: it is a FIFO, not a regular file") == 3, err
 
 
-@pytest.mark.slow  # trains the walker for 2 iterations
+@pytest.mark.slow  # trains the walker for 2 iterations (a shared configuration: its programs from the cache)
 def test_a_run_moves_a_fifo_named_like_its_unit_aside_and_computes_the_unit(tmp_path):
     out = tmp_path / "run"
     fifo = StudyDir(out).unit_path("w", "fixed")
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
     lines = []
-    result = finishes(lambda: walk_study(seeds=1).run(out, progress=False, plot=False, log=lines.append), fifo, 240)
+    study = study_of(tiny_study(**dict(WALK_PAIR, methods=["fixed"], env_factories=[WALK]), iterations=2))
+    result = finishes(lambda: study.run(out, progress=False, plot=False, log=lines.append), fifo, 240)
     assert result.units == [("w", "fixed")] and fifo.is_file()
     assert any("it is a FIFO" in line and "the unit will be recomputed" in line for line in lines), lines
 
