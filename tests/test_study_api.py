@@ -372,8 +372,10 @@ def test_two_thermostats_train_each_its_own_and_a_rerun_study_keeps_its_own(tmp_
     """Issue 41 end to end: Study(envs={"slow": ..., "fast": ...}) of one class trained both
     labels on the fast one; study B (other arguments, same label) run after study A made A's
     rerun train B's environment. Two seeds, four iterations; the training rewards of every
-    iteration compared (a label's unit on the fast walker equals B's, on the slow one not)."""
-    sizes = dict(TINY, iterations=4, eval_every=2)
+    iteration compared (a label's unit on the fast walker equals B's, on the slow one not).
+    `fixed`, not TINY's tuner: the point is which environment trains, and every label compiles
+    its own programs (its own walker)."""
+    sizes = dict(TINY, methods=["fixed"], iterations=4, eval_every=2)
 
     def rewards(study, out):
         return {u.meta["env"]: u.train_reward for u in R.StudyDir(study.run(out, progress=False, plot=False).directory)
