@@ -2,6 +2,9 @@
 where the suite's time goes.
 
 Writing a test (almost all of the suite's time is XLA compilation):
+- Reuse a shared configuration first: a study, learner or tuner the suite already compiles (the
+  tiny studies of tests/cli_runs.py: WALK_PAIR, WALK_TUNED, FUSED_STUDY of test_schedule_replay)
+  comes from the session's persistent compilation cache; a test needing its own shape says why.
 - Compile once, use many times: build the learner or tuner and its `jax.jit` functions in a
   module-scoped fixture (tests/test_ppo.py's `cartpole`), and let tests that only need a
   run's outputs share one run (tests/test_population_study.py's `study`). A new jitted
