@@ -28,12 +28,11 @@ def toy_act(obs, key):
 
 
 @jax.jit
-def one_step(key, state, obs):
+def one_step(k_act, env_keys, state, obs):
     """The reference's step, compiled once (op by op, each of its primitives compiles on its
-    own): (the next key, toy_act's outputs, counter_step's (state, obs, reward, done))."""
-    key, k_act, k_env = jax.random.split(key, 3)
+    own): (toy_act's outputs, counter_step's (state, obs, reward, done))."""
     out = toy_act(obs, k_act)
-    return key, out, counter_step(jax.random.split(k_env, E), state, out["env_action"])
+    return out, counter_step(env_keys, state, out["env_action"])
 
 
 def loop_rollout(state, obs, running, key, n_steps):
@@ -41,8 +40,10 @@ def loop_rollout(state, obs, running, key, n_steps):
     state, obs, running = np.asarray(state), np.asarray(obs), np.asarray(running)
     traj = {k: [] for k in ("obs", "raw_obs", "action", "logp", "value", "reward", "done", "valid", "ep_return",
                             "ep_done")}
+    k_act, k_env = jax.random.split(key)  # step t: act key t of k_act's MAX_STEPS, env keys row t of k_env's
+    act_keys, env_keys = jax.random.split(k_act, MAX_STEPS), jax.random.split(k_env, (MAX_STEPS, E))
     for t in range(MAX_STEPS):
-        key, out, stepped = one_step(key, state, obs)
+        out, stepped = one_step(act_keys[t], env_keys[t], state, obs)
         out = {k: np.asarray(v) for k, v in out.items()}
         if t < n_steps:
             s, o, r, d = (np.asarray(x) for x in stepped)
@@ -237,3 +238,36 @@ def test_iteration_objective_matches_numpy(kind, case):
     for k, v in want.items():
         np.testing.assert_allclose(np.asarray(got[k], np.float64), np.float64(v), rtol=1e-5, atol=1e-6, err_msg=k)
     assert got["objective"].dtype == jnp.float32
+
+
+def test_update_epochs_full_takes_the_general_paths_minibatches_and_masks_invalid_rows():
+    """full=True (equal minibatches cut from one gather per epoch) against the general path:
+    with every sample valid, the same minibatches in the same order (a recording update: params
+    hold the rows seen per step, opt_state the step count); with invalid samples, each valid
+    sample is used once per epoch and the invalid ones never; N not M x L is refused."""
+    N, M, epochs = 24, 4, 3
+    L = N // M
+    keys = jax.random.split(jax.random.PRNGKey(2), epochs)
+    samples = dict(index=jnp.arange(N))
+
+    def recording(params, opt_state, batch, mask, ok):
+        row = jnp.where(mask, batch["index"], -1)
+        return params.at[opt_state].set(jnp.sort(row)), jnp.where(ok, opt_state + 1, opt_state), ok
+
+    @jax.jit
+    def run(valid):
+        start = (jnp.zeros((epochs * M, L), jnp.int32), jnp.int32(0))
+        return [stages.update_epochs(recording, *start, samples, valid, keys, M, L, full=full)[:2]
+                for full in (False, True)]
+
+    (general, steps), (full, full_steps) = run(jnp.ones(N, bool))
+    np.testing.assert_array_equal(np.asarray(full), np.asarray(general))
+    assert int(steps) == int(full_steps) == epochs * M
+    valid = np.arange(N) % 5 != 2
+    (_, _), (seen, _) = run(jnp.asarray(valid))
+    per_epoch = np.asarray(seen).reshape(epochs, M * L)
+    for rows in per_epoch:
+        assert sorted(rows[rows >= 0]) == list(np.flatnonzero(valid))
+    with pytest.raises(ValueError, match="full needs N"):
+        stages.update_epochs(recording, jnp.zeros((1, 5)), jnp.int32(0), dict(index=jnp.arange(10)),
+                             jnp.ones(10, bool), keys, 3, 4, full=True)

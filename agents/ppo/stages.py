@@ -33,19 +33,22 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
     kept in the trajectory as `mask` (T, E, n), for the loss).
     Returns (env_state, obs, running (E,), traj): traj obs, raw_obs (T, E, obs_size);
     action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
-    Each step splits its key into (next, act, env) keys.
+    The keys of every step are drawn before the steps (`step_keys`): on the CPU each call of
+    JAX's threefry hash is a loop of about 80 small operations, so per-step splits cost more
+    than a small network's step (docs/benchmarks.md, issue 52).
     """
     E = num_envs
+    act_keys, env_keys = step_keys(key, max_steps, E)
 
-    def step(carry, t):
-        env_state, obs, running, key = carry
-        key, k_act, k_env = jax.random.split(key, 3)
+    def step(carry, xs):
+        env_state, obs, running = carry
+        t, k_act, k_env = xs
         valid = t < n_steps
         mask = None if action_mask is None else action_mask(env_state)
         out = act(obs, k_act) if mask is None else act(obs, k_act, mask)
 
         def do(_):
-            s, o, r, d = env_step(jax.random.split(k_env, E), env_state, out["env_action"])
+            s, o, r, d = env_step(k_env, env_state, out["env_action"])
             return s, o, r.astype(jnp.float32), d.astype(bool)
 
         def skip(_):
@@ -57,10 +60,18 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
                   value=out["value"], reward=reward, done=done, valid=jnp.broadcast_to(valid, (E,)),
                   ep_return=ep_ret, ep_done=ep_done, **({} if mask is None else {"mask": mask}))
         tr = {k: jnp.where(valid.reshape((1,) * v.ndim), v, jnp.zeros_like(v)) for k, v in tr.items()}
-        return (env_state2, obs2, running, key), tr
+        return (env_state2, obs2, running), tr
 
-    (env_state, obs, running, _), traj = jax.lax.scan(step, (env_state, obs, running, key), jnp.arange(max_steps))
+    (env_state, obs, running), traj = jax.lax.scan(step, (env_state, obs, running),
+                                                   (jnp.arange(max_steps), act_keys, env_keys))
     return env_state, obs, running, traj
+
+
+def step_keys(key, max_steps: int, num_envs: int):
+    """The rollout's keys: (act keys (max_steps, 2), env keys (max_steps, num_envs, 2)), step t's
+    act key act_keys[t] and its envs' keys env_keys[t], two hash calls for the whole rollout."""
+    k_act, k_env = jax.random.split(key)
+    return jax.random.split(k_act, max_steps), jax.random.split(k_env, (max_steps, num_envs))
 
 
 def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int,
@@ -144,7 +155,7 @@ def minibatch_rows(order, m, n_valid, num_minibatches: int, length: int):
 
 
 def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epoch_keys, num_minibatches: int,
-                  length: int):
+                  length: int, full: bool = False):
     """Epochs (one per key of epoch_keys (K, 2)) of `num_minibatches` guarded updates.
 
     samples: pytree of (N, ...) arrays; valid: (N,) bool; update(params, opt_state,
@@ -154,10 +165,33 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
     exactly one minibatch per epoch (`epoch_order`, `minibatch_rows`). After the epochs, a
     non-finite value in the parameters or the optimiser state (an accepted step that
     overflowed) undoes them all: the given params and opt_state are returned.
+    full: the caller knows every sample valid and N = num_minibatches x length (a batch size
+    that is not tuned): then each epoch gathers the samples (and `valid`, the loss's mask) once
+    in `epoch_order` and cuts them into equal minibatches (with every sample valid, the same
+    minibatches and steps as the general path, which gathers
+    each minibatch's rows from a traced start: under vmap those are per-agent gathers, about 6%
+    of a 2x64 agent's update on the CPU, issue 52).
     Returns (params, opt_state, rejected: bool, a non-empty minibatch's step rejected or the
     epochs undone).
     """
     n_valid = jnp.sum(valid.astype(jnp.int32))
+    N = valid.shape[0]
+    if full and N != num_minibatches * length:
+        raise ValueError(f"update_epochs: full needs N = num_minibatches x length, got {N} != "
+                         f"{num_minibatches} x {length}")
+
+    def equal_minibatches(carry, key):
+        order = epoch_order(key, valid)
+        cut = jax.tree.map(lambda x: x[order].reshape((num_minibatches, length) + x.shape[1:]), (samples, valid))
+
+        def minibatch(carry, xs):
+            (params, opt_state, rejected), (batch, mask) = carry, xs
+            ok = jnp.any(mask)  # all True when the caller is right; else the invalid rows stay out of the loss
+            params, opt_state, accepted = update(params, opt_state, batch, mask, ok)
+            return (params, opt_state, rejected | (ok & ~accepted)), None
+
+        carry, _ = jax.lax.scan(minibatch, carry, cut)
+        return carry, None
 
     def epoch(carry, key):
         order = epoch_order(key, valid)
@@ -172,7 +206,8 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
         carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_minibatches))
         return carry, None
 
-    (new_params, new_opt, rejected), _ = jax.lax.scan(epoch, (params, opt_state, jnp.asarray(False)), epoch_keys)
+    (new_params, new_opt, rejected), _ = jax.lax.scan(equal_minibatches if full else epoch,
+                                                      (params, opt_state, jnp.asarray(False)), epoch_keys)
     finite = all_finite(new_params) & all_finite(new_opt)
     return select(finite, new_params, params), select(finite, new_opt, opt_state), rejected | ~finite
 
