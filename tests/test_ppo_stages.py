@@ -28,11 +28,12 @@ def toy_act(obs, key):
 
 
 @jax.jit
-def one_step(k_act, env_keys, state, obs):
+def one_step(key, state, obs):
     """The reference's step, compiled once (op by op, each of its primitives compiles on its
-    own): (toy_act's outputs, counter_step's (state, obs, reward, done))."""
+    own): (the next key, toy_act's outputs, counter_step's (state, obs, reward, done))."""
+    key, k_act, k_env = jax.random.split(key, 3)
     out = toy_act(obs, k_act)
-    return out, counter_step(env_keys, state, out["env_action"])
+    return key, out, counter_step(jax.random.split(k_env, E), state, out["env_action"])
 
 
 def loop_rollout(state, obs, running, key, n_steps):
@@ -40,10 +41,8 @@ def loop_rollout(state, obs, running, key, n_steps):
     state, obs, running = np.asarray(state), np.asarray(obs), np.asarray(running)
     traj = {k: [] for k in ("obs", "raw_obs", "action", "logp", "value", "reward", "done", "valid", "ep_return",
                             "ep_done")}
-    k_act, k_env = jax.random.split(key)  # step t: act key t of k_act's MAX_STEPS, env keys row t of k_env's
-    act_keys, env_keys = jax.random.split(k_act, MAX_STEPS), jax.random.split(k_env, (MAX_STEPS, E))
     for t in range(MAX_STEPS):
-        out, stepped = one_step(act_keys[t], env_keys[t], state, obs)
+        key, out, stepped = one_step(key, state, obs)
         out = {k: np.asarray(v) for k, v in out.items()}
         if t < n_steps:
             s, o, r, d = (np.asarray(x) for x in stepped)

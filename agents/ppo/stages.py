@@ -33,22 +33,21 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
     kept in the trajectory as `mask` (T, E, n), for the loss).
     Returns (env_state, obs, running (E,), traj): traj obs, raw_obs (T, E, obs_size);
     action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
-    The keys of every step are drawn before the steps (`step_keys`): on the CPU each call of
-    JAX's threefry hash is a loop of about 80 small operations, so per-step splits cost more
-    than a small network's step (docs/benchmarks.md, issue 52).
+    Each step splits its key into (next, act, env) keys (drawing them all before the steps
+    saves about 1% of a small agent's CPU time but changes every seed's stream, so the committed
+    studies could not be resumed or reproduced: kept as it is, docs/benchmarks.md).
     """
     E = num_envs
-    act_keys, env_keys = step_keys(key, max_steps, E)
 
-    def step(carry, xs):
-        env_state, obs, running = carry
-        t, k_act, k_env = xs
+    def step(carry, t):
+        env_state, obs, running, key = carry
+        key, k_act, k_env = jax.random.split(key, 3)
         valid = t < n_steps
         mask = None if action_mask is None else action_mask(env_state)
         out = act(obs, k_act) if mask is None else act(obs, k_act, mask)
 
         def do(_):
-            s, o, r, d = env_step(k_env, env_state, out["env_action"])
+            s, o, r, d = env_step(jax.random.split(k_env, E), env_state, out["env_action"])
             return s, o, r.astype(jnp.float32), d.astype(bool)
 
         def skip(_):
@@ -60,18 +59,10 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
                   value=out["value"], reward=reward, done=done, valid=jnp.broadcast_to(valid, (E,)),
                   ep_return=ep_ret, ep_done=ep_done, **({} if mask is None else {"mask": mask}))
         tr = {k: jnp.where(valid.reshape((1,) * v.ndim), v, jnp.zeros_like(v)) for k, v in tr.items()}
-        return (env_state2, obs2, running), tr
+        return (env_state2, obs2, running, key), tr
 
-    (env_state, obs, running), traj = jax.lax.scan(step, (env_state, obs, running),
-                                                   (jnp.arange(max_steps), act_keys, env_keys))
+    (env_state, obs, running, _), traj = jax.lax.scan(step, (env_state, obs, running, key), jnp.arange(max_steps))
     return env_state, obs, running, traj
-
-
-def step_keys(key, max_steps: int, num_envs: int):
-    """The rollout's keys: (act keys (max_steps, 2), env keys (max_steps, num_envs, 2)), step t's
-    act key act_keys[t] and its envs' keys env_keys[t], two hash calls for the whole rollout."""
-    k_act, k_env = jax.random.split(key)
-    return jax.random.split(k_act, max_steps), jax.random.split(k_env, (max_steps, num_envs))
 
 
 def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_steps: int,
