@@ -171,28 +171,25 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
         raise ValueError(f"update_epochs: full needs N = num_minibatches x length, got {N} != "
                          f"{num_minibatches} x {length}")
 
+    def guarded(carry, batch, mask, ok):
+        """One minibatch's update; rejected gathers a non-empty minibatch's refused step."""
+        params, opt_state, rejected = carry
+        params, opt_state, accepted = update(params, opt_state, batch, mask, ok)
+        return (params, opt_state, rejected | (ok & ~accepted)), None
+
     def equal_minibatches(carry, key):
         order = epoch_order(key, valid)
         cut = jax.tree.map(lambda x: x[order].reshape((num_minibatches, length) + x.shape[1:]), (samples, valid))
-
-        def minibatch(carry, xs):
-            (params, opt_state, rejected), (batch, mask) = carry, xs
-            ok = jnp.any(mask)  # all True when the caller is right; else the invalid rows stay out of the loss
-            params, opt_state, accepted = update(params, opt_state, batch, mask, ok)
-            return (params, opt_state, rejected | (ok & ~accepted)), None
-
-        carry, _ = jax.lax.scan(minibatch, carry, cut)
+        # ok: all True when the caller is right; else the invalid rows stay out of the loss
+        carry, _ = jax.lax.scan(lambda c, xs: guarded(c, *xs, jnp.any(xs[1])), carry, cut)
         return carry, None
 
     def epoch(carry, key):
         order = epoch_order(key, valid)
 
         def minibatch(carry, m):
-            params, opt_state, rejected = carry
             rows, mask, size = minibatch_rows(order, m, n_valid, num_minibatches, length)
-            batch = jax.tree.map(lambda x: x[rows], samples)
-            params, opt_state, accepted = update(params, opt_state, batch, mask, size > 0)
-            return (params, opt_state, rejected | ((size > 0) & ~accepted)), None
+            return guarded(carry, jax.tree.map(lambda x: x[rows], samples), mask, size > 0)
 
         carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_minibatches))
         return carry, None
