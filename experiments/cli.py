@@ -103,6 +103,16 @@ def _on_signal(signum, frame):
     interrupts.stop(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
 
 
+def _stopped(stop: BaseException) -> str:
+    """What a stop did, for the last line: "interrupted" or "terminated by signal N"."""
+    return f"terminated by signal {stop.signum}" if isinstance(stop, Terminated) else "interrupted"
+
+
+def _stop_status(stop: BaseException) -> int:
+    """A stop's exit status: 130 for Ctrl-C (or any other non-Exception), 128 + N for signal N."""
+    return 128 + stop.signum if isinstance(stop, Terminated) else 130
+
+
 def _names(values: list[str] | None) -> list[str] | None:
     """Accept `--envs a b` and `--envs a,b`."""
     if values is None:
@@ -313,7 +323,7 @@ def _run_locked(args, run: api.StudyRun) -> int:
     try:
         result = run.execute(plot=not args.no_plot)
     except (KeyboardInterrupt, Terminated) as e:
-        return 130 if isinstance(e, KeyboardInterrupt) else 128 + e.signum
+        return _stop_status(e)
     except api.StudyFailed as e:
         processes.leave_if_lost([f.error for f in e.failures], run.store.log if run.writer else None)
         if run.writer:
@@ -322,6 +332,8 @@ def _run_locked(args, run: api.StudyRun) -> int:
                 _report_failure(f.error, run.store.log_path)
         return 1
     except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
+        if (stop := interrupts.within(e)) is not None:  # Ctrl-C that surfaced as another exception
+            return _stop_status(stop)
         processes.leave_if_lost([e], run.store.log if run.writer else None)
         _report_failure(e, run.store.log_path if run.writer else None)
         return 1
@@ -474,13 +486,14 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     except UsageError as e:
         print(f"hcjax {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"hcjax {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except Terminated as e:
-        print(f"hcjax {args.command}: terminated by signal {e.signum}", file=sys.stderr)
-        return 128 + e.signum
+    except (KeyboardInterrupt, Terminated) as e:
+        print(f"hcjax {args.command}: {_stopped(e)}", file=sys.stderr)
+        return _stop_status(e)
     except Exception as e:  # noqa: BLE001 - our failure outside a study run
+        stop = interrupts.within(e)  # Ctrl-C that surfaced as another exception (experiments.study.interrupts)
+        if stop is not None:
+            print(f"hcjax {args.command}: {_stopped(stop)}", file=sys.stderr)
+            return _stop_status(stop)
         _report_failure(e, None)
         return 1
     finally:

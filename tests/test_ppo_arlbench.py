@@ -81,6 +81,19 @@ def test_the_learner_takes_its_minibatches_from_minibatch_size():
         assert parts.clip_values is False  # no value clipping: the rollout's values stay out of the samples
 
 
+def test_the_learner_cuts_equal_minibatches_only_where_every_sample_is_valid():
+    """Parts.full (stages.update_epochs' one gather per epoch): the batch size fills the whole
+    rollout, is not tuned, and divides into the minibatches; else the general path."""
+    fixed = hcjax.Space([H("clip_eps", 0.0, 0.5)])
+    tuned = hcjax.Space([H.choice("batch_size", [16, 32])])
+    for fields, space, full in [(dict(batch_size=32, num_minibatches=4), fixed, True),
+                                (dict(batch_size=32, minibatch_size=7), fixed, False),  # 5 minibatches of 32
+                                (dict(batch_size=24, max_batch_size=32, num_minibatches=4), fixed, False),
+                                (dict(batch_size=32, num_minibatches=4), tuned, False)]:
+        cfg = ppo.PPOConfig(num_envs=4, hidden_sizes=(8,), **fields)
+        assert ppo.make_learner(cfg, make_walk(), hcjax.make_tuner("fixed", space)).learn.args[0].full is full, fields
+
+
 # ---- max_grad_norm 0 ---------------------------------------------------------------------
 
 

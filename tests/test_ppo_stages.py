@@ -237,3 +237,36 @@ def test_iteration_objective_matches_numpy(kind, case):
     for k, v in want.items():
         np.testing.assert_allclose(np.asarray(got[k], np.float64), np.float64(v), rtol=1e-5, atol=1e-6, err_msg=k)
     assert got["objective"].dtype == jnp.float32
+
+
+def test_update_epochs_full_takes_the_general_paths_minibatches_and_masks_invalid_rows():
+    """full=True (equal minibatches cut from one gather per epoch) against the general path:
+    with every sample valid, the same minibatches in the same order (a recording update: params
+    hold the rows seen per step, opt_state the step count); with invalid samples, each valid
+    sample is used once per epoch and the invalid ones never; N not M x L is refused."""
+    N, M, epochs = 24, 4, 3
+    L = N // M
+    keys = jax.random.split(jax.random.PRNGKey(2), epochs)
+    samples = dict(index=jnp.arange(N))
+
+    def recording(params, opt_state, batch, mask, ok):
+        row = jnp.where(mask, batch["index"], -1)
+        return params.at[opt_state].set(jnp.sort(row)), jnp.where(ok, opt_state + 1, opt_state), ok
+
+    @jax.jit
+    def run(valid):
+        start = (jnp.zeros((epochs * M, L), jnp.int32), jnp.int32(0))
+        return [stages.update_epochs(recording, *start, samples, valid, keys, M, L, full=full)[:2]
+                for full in (False, True)]
+
+    (general, steps), (full, full_steps) = run(jnp.ones(N, bool))
+    np.testing.assert_array_equal(np.asarray(full), np.asarray(general))
+    assert int(steps) == int(full_steps) == epochs * M
+    valid = np.arange(N) % 5 != 2
+    (_, _), (seen, _) = run(jnp.asarray(valid))
+    per_epoch = np.asarray(seen).reshape(epochs, M * L)
+    for rows in per_epoch:
+        assert sorted(rows[rows >= 0]) == list(np.flatnonzero(valid))
+    with pytest.raises(ValueError, match="full needs N"):
+        stages.update_epochs(recording, jnp.zeros((1, 5)), jnp.int32(0), dict(index=jnp.arange(10)),
+                             jnp.ones(10, bool), keys, 3, 4, full=True)

@@ -159,6 +159,11 @@ def test_improvement_over_marks_significant_intervals():
     assert vs["same"]["ci"][0] < 0.5 < vs["same"]["ci"][1]
     assert np.isnan(vs["elsewhere"]["p"]) and vs["elsewhere"]["verdict"] == "no shared environment"
     assert ST.improvement_over({"a": {"e": np.ones(2)}}, "hypercontroller") == {}
+    # the call is hcjax.calls' exact test: 3 + 3 runs entirely apart on one environment give p = 2 / C(6, 3) = 0.1
+    apart = {"hypercontroller": {"e": np.array([4.0, 5.0, 6.0])}, "x": {"e": np.array([1.0, 2.0, 3.0])}}
+    few = ST.improvement_over(apart, "hypercontroller", reps=300)["x"]
+    assert few["p"] == 1.0 and few["verdict"] == "too few seeds" and not few["significant"]
+    assert vs["worse"]["p_value"] == pytest.approx(2 / 252 ** 3)  # 5 + 5 runs apart on 3 environments: 2 / C(10, 5)^3
 
 
 def test_performance_profile_by_hand_and_against_a_bootstrap_loop():

@@ -155,6 +155,41 @@ def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(wa
     interrupts.check()  # nothing left recorded for this process's next command
 
 
+def test_a_ctrl_c_that_python_turned_into_a_system_error_is_a_stop_not_a_failed_unit(walked, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Ctrl-C whose KeyboardInterrupt was raised inside a C function's callback (numpy asking a
+    JAX dtype for `__numpy_dtype__`, as a CI run caught on Python 3.11): Python raises a
+    SystemError caused by it. The run stops with exit 130 and says how to resume; the unit is not
+    recorded as failed (it was exit 1, "FAILED walk / random: SystemError")."""
+    def run_units(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            raise SystemError("<function _ScalarMeta.__numpy_dtype__> returned a result with an exception set") \
+                from stop
+
+    monkeypatch.setattr(engine, "run_units", run_units)
+    code, _, err = main(walked + ["--methods", "fixed", "--out", str(tmp_path)], capsys)
+    assert code == 130, err
+    assert "interrupted; 0 of 1 units finished" in err and "FAILED" not in err and "SystemError" not in err
+    assert interrupts.within(ValueError()) is None  # nothing left recorded
+
+
+def test_within_finds_the_stop_behind_an_exception():
+    """interrupts.within: the KeyboardInterrupt along causes and contexts (cycles included);
+    None for an ordinary failure."""
+    stop = KeyboardInterrupt()
+    wrapped = SystemError("callback")
+    wrapped.__cause__ = stop
+    outer = RuntimeError("outer")
+    outer.__context__ = wrapped
+    assert interrupts.within(wrapped) is stop and interrupts.within(outer) is stop
+    plain = ValueError("x")
+    plain.__context__ = TypeError("y")
+    plain.__context__.__context__ = plain  # a cycle ends the walk
+    assert interrupts.within(plain) is None
+
+
 @pytest.mark.slow
 def test_ctrl_c_of_a_real_run_leaves_no_process(tmp_path):
     """SIGINT to the whole process group (what a terminal's Ctrl-C does) during the second

@@ -93,7 +93,9 @@ class Parts(NamedTuple):
     num_samples = max_steps x num_envs, num_minibatches M (`PPOConfig.minibatches`),
     minibatch_length = ceil(num_samples / M), index: hyperparameter name -> position in the
     tuner's values; clip_values: the value loss is clipped (vf_clip_eps set or tuned); flat: the
-    optimiser's layout (`make_optimizer`; its state's, stepped by `adam.step`)."""
+    optimiser's layout (`make_optimizer`; its state's, stepped by `adam.step`); full: every
+    iteration fills all max_steps rollout steps (batch size not tuned) and the num_samples cut
+    into M equal minibatches (`stages.update_epochs`' full)."""
 
     config: PPOConfig
     env: Any
@@ -106,6 +108,7 @@ class Parts(NamedTuple):
     minibatch_length: int
     clip_values: bool
     flat: bool
+    full: bool
     actor: nets.Actor
     critic: nets.Critic
     opt: Any
@@ -173,7 +176,9 @@ def make_learner(config: PPOConfig, env, tuner) -> Learner:
         flat=flat, **{n: float(getattr(config, n)) for n in OPTIMIZER_HPARAMS})
     p = Parts(config=config, env=env, tuner=tuner, per_agent=isinstance(tuner, Tuner), index=index,
               max_steps=max_steps, num_samples=N, num_minibatches=M, minibatch_length=-(-N // M),
-              clip_values=config.vf_clip_eps is not None or "vf_clip_eps" in index, flat=flat, actor=actor,
+              clip_values=config.vf_clip_eps is not None or "vf_clip_eps" in index, flat=flat,
+              full="batch_size" not in index and -(-config.batch_size // config.num_envs) >= max_steps and N % M == 0,
+              actor=actor,
               critic=critic, opt=opt,
               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
     bound = {name: functools.partial(fn, p) for name, fn in dict(
@@ -398,7 +403,7 @@ def learn(p: Parts, state, traj, do_ask=None):
     params, opt_state, rejected = stages.update_epochs(
         functools.partial(_sgd_step, p, hparams), state.params, _set_opt_hparams(p, state.opt_state, hparams),
         samples, valid.reshape(N), jax.random.split(k_epochs, cfg.update_epochs), p.num_minibatches,
-        p.minibatch_length)
+        p.minibatch_length, full=p.full)
     stats = update_obs_stats(state.obs_stats, traj["raw_obs"], valid) if cfg.normalize_obs else state.obs_stats
     out = stages.iteration_objective(cfg.objective, reward, valid, traj["ep_done"], traj["ep_return"],
                                      state.prev_reward, state.prev_return, state.has_reward, state.has_return)

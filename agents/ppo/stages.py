@@ -33,7 +33,9 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
     kept in the trajectory as `mask` (T, E, n), for the loss).
     Returns (env_state, obs, running (E,), traj): traj obs, raw_obs (T, E, obs_size);
     action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
-    Each step splits its key into (next, act, env) keys.
+    Each step splits its key into (next, act, env) keys (drawing them all before the steps
+    saves about 1% of a small agent's CPU time but changes every seed's stream, so the committed
+    studies could not be resumed or reproduced: kept as it is, docs/benchmarks.md).
     """
     E = num_envs
 
@@ -144,7 +146,7 @@ def minibatch_rows(order, m, n_valid, num_minibatches: int, length: int):
 
 
 def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epoch_keys, num_minibatches: int,
-                  length: int):
+                  length: int, full: bool = False):
     """Epochs (one per key of epoch_keys (K, 2)) of `num_minibatches` guarded updates.
 
     samples: pytree of (N, ...) arrays; valid: (N,) bool; update(params, opt_state,
@@ -154,25 +156,46 @@ def update_epochs(update: Callable, params, opt_state, samples: dict, valid, epo
     exactly one minibatch per epoch (`epoch_order`, `minibatch_rows`). After the epochs, a
     non-finite value in the parameters or the optimiser state (an accepted step that
     overflowed) undoes them all: the given params and opt_state are returned.
+    full: the caller knows every sample valid and N = num_minibatches x length (a batch size
+    that is not tuned): then each epoch gathers the samples (and `valid`, the loss's mask) once
+    in `epoch_order` and cuts them into equal minibatches (with every sample valid, the same
+    minibatches and steps as the general path, which gathers
+    each minibatch's rows from a traced start: under vmap those are per-agent gathers, about 6%
+    of a 2x64 agent's update on the CPU, issue 52).
     Returns (params, opt_state, rejected: bool, a non-empty minibatch's step rejected or the
     epochs undone).
     """
     n_valid = jnp.sum(valid.astype(jnp.int32))
+    N = valid.shape[0]
+    if full and N != num_minibatches * length:
+        raise ValueError(f"update_epochs: full needs N = num_minibatches x length, got {N} != "
+                         f"{num_minibatches} x {length}")
+
+    def guarded(carry, batch, mask, ok):
+        """One minibatch's update; rejected gathers a non-empty minibatch's refused step."""
+        params, opt_state, rejected = carry
+        params, opt_state, accepted = update(params, opt_state, batch, mask, ok)
+        return (params, opt_state, rejected | (ok & ~accepted)), None
+
+    def equal_minibatches(carry, key):
+        order = epoch_order(key, valid)
+        cut = jax.tree.map(lambda x: x[order].reshape((num_minibatches, length) + x.shape[1:]), (samples, valid))
+        # ok: all True when the caller is right; else the invalid rows stay out of the loss
+        carry, _ = jax.lax.scan(lambda c, xs: guarded(c, *xs, jnp.any(xs[1])), carry, cut)
+        return carry, None
 
     def epoch(carry, key):
         order = epoch_order(key, valid)
 
         def minibatch(carry, m):
-            params, opt_state, rejected = carry
             rows, mask, size = minibatch_rows(order, m, n_valid, num_minibatches, length)
-            batch = jax.tree.map(lambda x: x[rows], samples)
-            params, opt_state, accepted = update(params, opt_state, batch, mask, size > 0)
-            return (params, opt_state, rejected | ((size > 0) & ~accepted)), None
+            return guarded(carry, jax.tree.map(lambda x: x[rows], samples), mask, size > 0)
 
         carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_minibatches))
         return carry, None
 
-    (new_params, new_opt, rejected), _ = jax.lax.scan(epoch, (params, opt_state, jnp.asarray(False)), epoch_keys)
+    (new_params, new_opt, rejected), _ = jax.lax.scan(equal_minibatches if full else epoch,
+                                                      (params, opt_state, jnp.asarray(False)), epoch_keys)
     finite = all_finite(new_params) & all_finite(new_opt)
     return select(finite, new_params, params), select(finite, new_opt, opt_state), rejected | ~finite
 

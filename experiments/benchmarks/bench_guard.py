@@ -48,9 +48,10 @@ from experiments.benchmarks.timing import check_json_out, print_table, write_jso
 
 # Below this median ratio (reference seconds / hcjax seconds) the guard fails. Measured on the
 # 2-core CPU (docs/benchmarks.md#the-ppo-speed-guard): medians 0.78-0.86 healthy (load 0.8-2.7),
-# 0.31-0.35 with the flat optimiser of issue 44 put back. Re-measured for issue 52 (load 8-14): the
-# lowest healthy median is still 0.76, so the bound stays.
-MIN_RATIO = 0.6
+# 0.31-0.35 with the flat optimiser of issue 44 put back. Issue 52 (docs/benchmarks.md#the-ppo-speed-guard):
+# healthy medians since its Adam step 0.76-1.00 (0.76 once at load 14, 0.93-1.00 at load 5), the
+# regression put back 0.45 (its best round 0.59): the bound moved up to 0.7, between them.
+MIN_RATIO = 0.7
 NUM_ENVS, STEPS, EPOCHS, MINIBATCHES, HIDDEN = 8, 128, 10, 16, (256, 256, 256)
 LEARNING_RATE, MAX_GRAD_NORM, ADAM_EPS, GAMMA, LAMBDA, CLIP, VF, ENT = 3e-4, 1.0, 1e-5, 0.99, 0.95, 0.2, 0.5, 1e-4
 

@@ -33,7 +33,8 @@ from experiments.study.plan import unit_timing
 from experiments.study.store import load_units, read_manifest
 
 VERDICTS = {"better": "better", "worse": "worse", "not significant": "not separated",
-            "not testable": "not testable", "no shared environment": "no shared environment"}
+            "too few seeds": "too few seeds to tell", "not testable": "not testable",
+            "no shared environment": "no shared environment"}
 
 # The paper's protocol (PAPER.md): 1000 iterations, batch size (frames per iteration) tuned in
 # [1000, 6000], 10 seeds per method and environment.
@@ -43,15 +44,6 @@ PAPER_SEEDS = 10
 
 
 # ---- verdicts ------------------------------------------------------------------------------
-
-def verdict(ci) -> str:
-    """'better' / 'worse' / 'not separated' for a [lo, hi] interval of P(HC > X) ('no shared
-    environment' if NaN)."""
-    lo, hi = ci
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return VERDICTS["no shared environment"]
-    return "better" if lo > 0.5 else "worse" if hi < 0.5 else "not separated"
-
 
 def on_environment(scores: ST.Scores, env: str) -> dict:
     """The scores (method -> env -> (S,)) restricted to one environment (methods without it
@@ -202,6 +194,7 @@ def summary_text(rows: list[dict]) -> str:
     agg = [r for r in rows if r["env"] == ALL]
     parts = []
     for word, name in (("better", "better than"), ("not separated", "not separated from"), ("worse", "worse than"),
+                       ("too few seeds to tell", "too few seeds to tell against"),
                        ("not testable", "not testable (one run in an environment) against")):
         names = [label(r["method"]) for r in agg if r["verdict"] == word]
         if names:
@@ -253,7 +246,8 @@ def program_rate(unit) -> dict:
     seconds = [float(s) for s in unit.meta["segment_seconds"]]
     lengths = segment_lengths(unit)
     steady = statistics.median(s / n for s, n in zip(seconds, lengths))
-    return {"agents": int(unit.meta["n_agents"]), "max_frames": frames_range(unit.meta["config"], getattr(unit, "frames", None))[0][1],
+    top = frames_range(unit.meta["config"], getattr(unit, "frames", None))[0][1]
+    return {"agents": int(unit.meta["n_agents"]), "max_frames": top,
             "seconds_per_iteration": steady, "compile_seconds": max(0.0, seconds[0] - steady * lengths[0])}
 
 
@@ -365,9 +359,12 @@ def render(paths, relative_to: str | os.PathLike = "docs", reps: int = ST.REPS, 
     """The Markdown block of the results page: every study's section, then the estimate from
     each GPU study among them."""
     studies = [study_claims(p, reps, seed) for p in paths]
-    text = ("Cells: P(HC > X) [95% CI] and the verdict: **better** where the interval lies above 0.5, "
-            "**worse** where it lies below, not separated where it contains 0.5, not testable where either "
-            "method has one run in an environment (the bootstrap cannot vary a single run). Two decimals, three "
+    text = ("Cells: P(HC > X) [95% CI] (the stratified bootstrap's) and the verdict, called as the verdict and "
+            "`hcjax.control.report` call theirs (hcjax.calls): **better** / **worse** where the exact stratified "
+            "permutation test gives p <= 0.05, not separated otherwise, too few seeds to tell where no outcome "
+            "of groups this small could reach 0.05 (3 + 3 runs on one environment), not testable where either "
+            "method has one run in an environment. The interval may exclude 0.5 where the test does not call "
+            "a difference: the percentile bootstrap of a few seeds is too narrow. Two decimals, three "
             "where a number would otherwise show as 0.50. The aggregate is "
             "the study's `tables/aggregate.md`; an environment's cell is the same statistic on that "
             "environment's seeds alone (fewer seeds, wider intervals). Environments are named as they ran: "

@@ -47,7 +47,10 @@ resample are matrix products with the resample's draw counts); `summarise` of th
 Probability of improvement (`probability_of_improvement`): per environment the
 Mann-Whitney statistic P(X > Y) + 0.5 P(X = Y) over every pair (seed of X, seed of Y),
 averaged over the environments where both methods have a score; bootstrap over the seeds of
-both methods within each environment. An interval that excludes 0.5 is significant.
+both methods within each environment. Which differences are called (`improvement_over`):
+hcjax.calls' exact stratified permutation test (p <= 0.05), as the verdict and
+`hcjax.control.report` call them, calibrated at every group size; the interval is reported
+beside it.
 
 Performance profile (`performance_profile`): for each threshold tau, the fraction of a
 method's runs with normalised score > tau, averaged over environments (each environment
@@ -59,6 +62,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from hcjax import calls
 from hcjax.stats import (  # the primitives, in the core (hcjax.control reports with them)
     CONFIDENCE,
     REPS,
@@ -188,25 +192,30 @@ def probability_of_improvement(x: Mapping[str, np.ndarray], y: Mapping[str, np.n
 def improvement_over(scores: Scores, reference: str = "hypercontroller", reps: int = REPS, seed: int = 0,
                      confidence: float = CONFIDENCE) -> dict:
     """other method -> P(reference > other) (`probability_of_improvement` on raw scores; a
-    per-environment min-max normalisation would not change it) plus 'significant' (the
-    interval excludes 0.5, and no stratum has one run), 'one_run' (the shared environments
-    where either method has a single finite score: the bootstrap cannot vary them, so no
-    verdict is drawn) and 'verdict' ('better', 'worse', 'not significant', 'not testable'
-    (a stratum of one run) or 'no shared environment'). {} when `reference` is not in the
-    study."""
+    per-environment min-max normalisation would not change it) plus 'p_value' (hcjax.calls'
+    exact stratified permutation test, NaN where none ran), 'significant' (that test calls a
+    difference), 'one_run' (the shared environments where either method has a single finite
+    score: nothing can vary there, so no verdict is drawn) and 'verdict' ('better', 'worse',
+    'not significant', 'too few seeds' (no outcome of groups this small could reach the test's
+    level), 'not testable' (a stratum of one run) or 'no shared environment'). {} when
+    `reference` is not in the study."""
     if reference not in scores:
         return {}
+    words = {"better": "better", "worse": "worse", "not separated": "not significant",
+             calls.VERDICTS[3]: "too few seeds"}
     out = {}
     for method, per_env in scores.items():
         if method == reference:
             continue
         r = probability_of_improvement(scores[reference], per_env, (reference, method), reps, seed, confidence)
-        lo, hi = r["ci"]
         r["one_run"] = [env for env in r["envs"]
                         if min(finite(scores[reference][env]).size, finite(per_env[env]).size) < 2]
-        r["significant"] = bool(not r["one_run"] and (lo > 0.5 or hi < 0.5))
-        r["verdict"] = ("no shared environment" if not r["envs"] else "not testable" if r["one_run"]
-                        else "better" if lo > 0.5 else "worse" if hi < 0.5 else "not significant")
+        r["p_value"], r["verdict"] = float("nan"), "no shared environment" if not r["envs"] else "not testable"
+        if r["envs"] and not r["one_run"]:
+            made = calls.call([finite(scores[reference][e]) for e in r["envs"]],
+                              [finite(per_env[e]) for e in r["envs"]], None, confidence, seed)
+            r["p_value"], r["verdict"] = made.p_value, words[made.verdict]
+        r["significant"] = r["verdict"] in ("better", "worse")
         out[method] = r
     return out
 

@@ -142,8 +142,10 @@ def aggregate_table(summary: dict) -> str:
             f"(`scipy.stats.trim_mean(x, 0.25)`: floor(n/4) runs dropped at each end). Mean: mean over environments of "
             f"the per-environment mean. P({base} > X): probability that a run of {base} ends with a higher final "
             f"evaluation than a run of X in the same environment (ties count 1/2), averaged over the environments "
-            f"both have; significant when its interval excludes 0.5. [{pct} CI]: percentile intervals of a stratified "
-            f"bootstrap (seeds resampled with replacement within each environment, {boot['reps']} replicates, "
+            f"both have; significant when the exact stratified permutation test of it gives p <= 0.05 "
+            f"(hcjax.calls; 'too few seeds' where no outcome of groups this small could). [{pct} CI]: percentile "
+            f"intervals of a stratified bootstrap (seeds resampled with replacement within each environment, "
+            f"{boot['reps']} replicates, "
             f"seed {boot['seed']}). Runs / envs: the runs with a final evaluation and the environments they are "
             f"from.\n\n")
     rows = []
@@ -154,7 +156,7 @@ def aggregate_table(summary: dict) -> str:
         else:
             pcell = probability_text(p["p"], p["ci"])
             verdicts = {"better": f"yes, {base} better", "worse": f"yes, {base} worse", "not significant": "no",
-                        "not testable": "not testable (one run)"}
+                        "not testable": "not testable (one run)", "too few seeds": "too few seeds to tell"}
             sig = verdicts.get(p["verdict"], "no shared environment")
         rows.append([label(m), f"{a['runs']} / {len(a['envs'])}", _ci(a["iqm"], a["iqm_ci"]),
                      _ci(a["mean"], a["mean_ci"]), pcell, sig])
@@ -164,9 +166,12 @@ def aggregate_table(summary: dict) -> str:
     sig = [label(m) for m, p in vs.items() if p["significant"]]
     insig = [label(m) for m, p in vs.items() if p["verdict"] == "not significant"]
     untestable = [label(m) for m, p in vs.items() if p["verdict"] == "not testable"]
+    few = [label(m) for m, p in vs.items() if p["verdict"] == "too few seeds"]
     if vs:
-        text += (f"\nIntervals of P({base} > X) that exclude 0.5 (significant): {', '.join(sig) or 'none'}. "
-                 f"Including 0.5 (not significant): {', '.join(insig) or 'none'}.\n")
+        text += (f"\nSignificant (the exact test's p <= 0.05): {', '.join(sig) or 'none'}. "
+                 f"Not significant: {', '.join(insig) or 'none'}.\n")
+        if few:
+            text += f"Too few seeds to tell (no outcome could reach p <= 0.05): {', '.join(few)}.\n"
         if untestable:
             text += (f"Not testable (a method has one run in an environment: no verdict): "
                      f"{', '.join(untestable)}.\n")

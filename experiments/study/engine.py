@@ -337,6 +337,7 @@ def run(plan: Plan, store: StudyDir, keys: dict[tuple[str, str], str], finished:
                                         warn=log, source=functools.partial(source, env.label),
                                         phase=inner.phase)
             except Exception as e:
+                interrupts.raise_within(e)  # Ctrl-C that surfaced as another exception: a stop, not a failure
                 if failures is None:
                     raise
                 failures.append(_failed(UnitFailure(env.label, list(pending), e), store, checkpoint, log, writer))

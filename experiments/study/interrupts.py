@@ -9,6 +9,12 @@ engine calls `check()` after every segment and before every unit group: a droppe
 raised again there, at most one segment later, and Python's report of the dropped exception
 is left out (`quiet_hook`). From Python (no `hcjax` handler installed) nothing is recorded and
 `check()` does nothing.
+
+When the moment falls inside a C function's Python callback instead (numpy asking a JAX dtype
+for its `__numpy_dtype__`, say), Python turns the KeyboardInterrupt into a `SystemError` ("...
+returned a result with an exception set") whose cause is it. `within(e)` finds the stop behind
+such an exception, so that the engine re-raises it as a stop (exit 130) rather than recording a
+failed unit (exit 1).
 """
 from __future__ import annotations
 
@@ -28,6 +34,34 @@ def check() -> None:
     """Raise the recorded stop again, if one is recorded (and forget it)."""
     if _pending:
         raise _pending.pop()
+
+
+def within(exc: BaseException) -> BaseException | None:
+    """The stop that `exc` stands for, or None: the recorded stop (anything raised while one is
+    pending is its consequence), else a KeyboardInterrupt or other non-`Exception` found along
+    `exc`'s causes and contexts (Python's `SystemError` wrapping of one raised in a callback)."""
+    if _pending:
+        return _pending[-1]
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if not isinstance(e, Exception):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def raise_within(exc: BaseException) -> None:
+    """Raise the stop that `exc` stands for (`within`), forgetting it as recorded; nothing when
+    `exc` is an ordinary failure."""
+    stop = within(exc)
+    if stop is not None:
+        _pending.clear()
+        raise stop from None
 
 
 def clear() -> None:

@@ -302,7 +302,8 @@ def hypercontroller(space: Space, *, d: int = 10, s: int = 1, ridge: float = 1.0
         """The arms nearest `values` (h,) in effect (`nearest_arms`)."""
         return state.replace(arms=nearest_arms(space, unit_arms, values))
 
-    unit_arms = jnp.asarray(arm_units(space, *space.arm_grid(d)))
-    arms = tuple(int(n) for n in space.arm_grid(d)[1])  # arm i in [0, n_arms[i]) (host ints: n_arms may be traced)
+    host_grid, host_n_arms = space.arm_grid(d)  # NumPy: grid and n_arms above may be traced (built inside a jit)
+    unit_arms = jnp.asarray(arm_units(space, host_grid, host_n_arms))
+    arms = tuple(int(n) for n in host_n_arms)  # arm i in [0, n_arms[i])
     return Tuner("hypercontroller", space, init, ask, tell, memory, values,
                  index_bounds=(("arms", arms), ("history", arms)), place=place)
