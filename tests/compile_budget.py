@@ -3,7 +3,9 @@
 that made it, with the file's name and count, whatever the machine's load.
 
 The count is of programs lowered to XLA (jax.monitoring's jaxpr-to-MLIR event) by the test
-process while the file's tests and fixtures run, not of backend compilations: a persistent-
+process while the file's tests and fixtures run, of functions outside jax itself (the project's,
+a test's, another library's: jax's own one-operation programs, run eagerly, are left out, see
+`_jax_internal`), not of backend compilations: a persistent-
 cache hit is lowered but not compiled, so the count does not depend on which worker or
 which earlier run filled the cache. At each file's start the process drops its in-memory
 programs (jax.clear_caches(), the study programs and probes of experiments.study), so a
@@ -23,6 +25,7 @@ others' budgets, and drops the files that no longer exist. `--compile-budget=off
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import operator
 import sys
@@ -32,6 +35,7 @@ from pathlib import Path
 import pytest
 
 BUDGET = Path(__file__).with_name("compile_budget.json")
+_JAX_DIR = str(Path(importlib.util.find_spec("jax").origin).parent) + "/"  # .../site-packages/jax/
 _LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 # what a process keeps beyond jax's own caches that saves a later file a lowering, dropped at each
 # file's start: (module, the function that drops it): the study programs, the environment probes
@@ -75,6 +79,24 @@ def _importing() -> bool:
     return False
 
 
+def _jax_internal() -> bool:
+    """Whether the program being lowered is one of jax's own functions (an operation run
+    eagerly: jit(clip), jit(convert_element_type), jit(_threefry_seed), ...). Such a program is
+    lowered by the first caller in a process and often reached through a cached result (an
+    environment, a grid) that an earlier file of the worker built, so its count depended on the
+    order files ran in (test_reliability_paths lowered 4, 7 and 9); it is not counted. A
+    program of the project's functions, a test's lambda or another library's is. Read from
+    jax's lowering frame (`_cached_lowering_to_hlo`'s `closed_jaxpr`); where that frame is not
+    found (another jax) the program is counted."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "_cached_lowering_to_hlo":
+        frame = frame.f_back
+    jaxpr = frame.f_locals.get("closed_jaxpr") if frame is not None else None
+    info = getattr(jaxpr, "_debug_info", None) or getattr(getattr(jaxpr, "jaxpr", None), "_debug_info", None)
+    source = getattr(info, "func_src_info", None) or ""
+    return _JAX_DIR in source
+
+
 class Counting:
     """In each process that runs tests: the programs lowered per test file (and their names)."""
 
@@ -89,7 +111,7 @@ class Counting:
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
 
     def _on_duration(self, event: str, seconds: float, **kwargs) -> None:
-        if event == _LOWERED and self.file is not None and not _importing():
+        if event == _LOWERED and self.file is not None and not _importing() and not _jax_internal():
             row = self.files[self.file]
             row["lowered"] += 1
             row["names"][str(kwargs.get("fun_name", "?"))] += 1
