@@ -162,11 +162,10 @@ def test_a_tuners_replay_programs_are_kept_per_tuner_configuration():
     the same for another environment or PPO (so every unit group of the method compiles them
     once), others for another method, option, space or memory limit."""
     plan = presets.resolve(studyfile.loads(STUDY), methods=["pbt"])
-    built = []
+    built, name = [], ("tuner replay", object())  # a name of this run's own: none kept by an earlier run
 
     def replay(plan, method="random", memory_limit_gib=8.0):
-        return programs.tuner_programs(plan, method, memory_limit_gib)("tuner replay", lambda: built.append(0) or
-                                                                       len(built))
+        return programs.tuner_programs(plan, method, memory_limit_gib)(name, lambda: built.append(0) or len(built))
 
     first = replay(plan)
     other_env = presets.resolve(studyfile.loads(STUDY.replace('["CartPole-v1"]', '["Acrobot-v1"]')
