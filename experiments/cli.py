@@ -89,30 +89,6 @@ class UsageError(Exception):
     """The user's mistake, found before any work started: exit status 2."""
 
 
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived: stop like Ctrl-C (exit status 128 + the signal)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _on_signal(signum, frame):
-    """SIGINT: KeyboardInterrupt; SIGTERM, SIGHUP: Terminated; recorded as well as raised, so
-    that a stop raised where Python drops exceptions still stops the run (`interrupts`)."""
-    interrupts.stop(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
-
-
-def _stopped(stop: BaseException) -> str:
-    """What a stop did, for the last line: "interrupted" or "terminated by signal N"."""
-    return f"terminated by signal {stop.signum}" if isinstance(stop, Terminated) else "interrupted"
-
-
-def _stop_status(stop: BaseException) -> int:
-    """A stop's exit status: 130 for Ctrl-C (or any other non-Exception), 128 + N for signal N."""
-    return 128 + stop.signum if isinstance(stop, Terminated) else 130
-
-
 def _names(values: list[str] | None) -> list[str] | None:
     """Accept `--envs a b` and `--envs a,b`."""
     if values is None:
@@ -322,8 +298,8 @@ def _run_locked(args, run: api.StudyRun) -> int:
     # -- the work: from here on a failure is ours (exit 1) --
     try:
         result = run.execute(plot=not args.no_plot)
-    except (KeyboardInterrupt, Terminated) as e:
-        return _stop_status(e)
+    except (KeyboardInterrupt, interrupts.Terminated) as e:
+        return interrupts.exit_status(e)
     except api.StudyFailed as e:
         processes.leave_if_lost([f.error for f in e.failures], run.store.log if run.writer else None)
         if run.writer:
@@ -333,7 +309,7 @@ def _run_locked(args, run: api.StudyRun) -> int:
         return 1
     except Exception as e:  # noqa: BLE001 - reported with its cause, exit 1
         if (stop := interrupts.within(e)) is not None:  # Ctrl-C that surfaced as another exception
-            return _stop_status(stop)
+            return interrupts.exit_status(stop)
         processes.leave_if_lost([e], run.store.log if run.writer else None)
         _report_failure(e, run.store.log_path if run.writer else None)
         return 1
@@ -476,9 +452,9 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     previous = {}  # the handlers before, put back on return: a caller's process (a test's) keeps its own
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, _on_signal)
+            previous[signum] = signal.signal(signum, interrupts.on_signal)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
-            previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupts.on_signal)
     unraisable_hook = sys.unraisablehook
     sys.unraisablehook = interrupts.quiet_hook(unraisable_hook)
     try:
@@ -486,14 +462,14 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     except UsageError as e:
         print(f"hcjax {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Terminated) as e:
-        print(f"hcjax {args.command}: {_stopped(e)}", file=sys.stderr)
-        return _stop_status(e)
+    except (KeyboardInterrupt, interrupts.Terminated) as e:
+        print(f"hcjax {args.command}: {interrupts.describe(e)}", file=sys.stderr)
+        return interrupts.exit_status(e)
     except Exception as e:  # noqa: BLE001 - our failure outside a study run
         stop = interrupts.within(e)  # Ctrl-C that surfaced as another exception (experiments.study.interrupts)
         if stop is not None:
-            print(f"hcjax {args.command}: {_stopped(stop)}", file=sys.stderr)
-            return _stop_status(stop)
+            print(f"hcjax {args.command}: {interrupts.describe(stop)}", file=sys.stderr)
+            return interrupts.exit_status(stop)
         _report_failure(e, None)
         return 1
     finally:

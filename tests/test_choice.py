@@ -115,7 +115,7 @@ def test_encode_decode_grid_natural_against_numpy():
 
 
 def test_snap_and_clip_keep_option_indices():
-    x = jnp.asarray([[5e-4, 1.4, 3.6, 4.0], [5e-4, -2.0, 9.0, 4.0]])
+    x = np.asarray([[5e-4, 1.4, 3.6, 4.0], [5e-4, -2.0, 9.0, 4.0]], np.float32)  # NumPy into the program
     clipped, snapped = map(np.asarray, jax.jit(lambda x: (SPACE.clip(x), SPACE.snap(SPACE.clip(x), 6)))(x))
     np.testing.assert_array_equal(clipped[:, 1:3], [[1, 4], [0, 4]])
     grid = SPACE.grid(6)
@@ -126,9 +126,11 @@ def test_snap_and_clip_keep_option_indices():
 def test_random_tuner_draws_every_option_with_probability_one_over_k():
     tuner = hcjax.make_tuner("random", SPACE)
     n = 30000
-    values = jax.jit(jax.vmap(lambda k: tuner.ask(tuner.init(k), k)[1]))(jax.random.split(jax.random.key(3), n))
+    # the keys split inside the program and the values read in NumPy: no eager op to compile
+    values = np.asarray(jax.jit(lambda key: jax.vmap(lambda k: tuner.ask(tuner.init(k), k)[1])(
+        jax.random.split(key, n)))(jax.random.key(3)))
     for column, k in zip((1, 2), K):
-        counts = np.bincount(np.asarray(values[:, column]).astype(int), minlength=k)
+        counts = np.bincount(values[:, column].astype(int), minlength=k)
         assert counts.size == k
         chi2 = float(np.sum((counts - n / k) ** 2 / (n / k)))
         assert chi2 < 25.0, (counts, chi2)  # k - 1 <= 4 degrees of freedom: P(chi2 > 25) < 1e-4
@@ -168,9 +170,9 @@ def test_hypercontroller_has_one_arm_per_option_and_matches_the_reference(d, s):
 
 
 def test_masked_arms_lose_to_nan_scores():
-    scores = jnp.asarray([[jnp.nan, -jnp.inf, 5.0], [jnp.nan, jnp.nan, 7.0]])
-    draw = jax.jit(jax.vmap(lambda k: break_ties(jax.random.key(k), masked_scores(scores, jnp.asarray([2, 1])))))
-    arms = np.asarray(draw(jnp.arange(50)))  # 50 keys in one program: row k drawn with jax.random.key(k)
+    scores = np.asarray([[np.nan, -np.inf, 5.0], [np.nan, np.nan, 7.0]], np.float32)
+    draw = jax.jit(jax.vmap(lambda k: break_ties(jax.random.key(k), masked_scores(scores, np.asarray([2, 1])))))
+    arms = np.asarray(draw(np.arange(50, dtype=np.int32)))  # 50 keys in one program: row k drawn with jax.random.key(k)
     assert arms.shape == (50, 2)
     assert np.all((arms[:, 0] == 0) | (arms[:, 0] == 1)) and np.all(arms[:, 1] == 0)
 
@@ -178,11 +180,17 @@ def test_masked_arms_lose_to_nan_scores():
 def test_pbt_keeps_or_resamples_options_as_a_numpy_reference():
     n = 4000
     key = jax.random.key(5)
-    donors = decode(jax.random.uniform(jax.random.key(6), (n, SPACE.h)))
+
+    @jax.jit
+    def draws(key):  # the donors' uniforms and perturb(key)'s two draws, in one program: (n, h) each
+        k_resample, _, k_uniform = jax.random.split(key, 3)
+        return [jax.random.uniform(k, (n, SPACE.h)) for k in (jax.random.key(6), k_resample, k_uniform)]
+
+    donor_unit, resample_unit, fresh_unit = map(np.asarray, draws(key))
+    donors = decode(donor_unit)
     explored = np.asarray(jax.jit(lambda k, v: perturb(SPACE, k, v, 0.3, (0.8, 1.2)))(key, donors))
-    k_resample, _, k_uniform = jax.random.split(key, 3)
-    resample = np.asarray(jax.random.uniform(k_resample, (n, SPACE.h))) < 0.3
-    fresh = reference_decode(np.asarray(jax.random.uniform(k_uniform, (n, SPACE.h))))
+    resample = resample_unit < 0.3
+    fresh = reference_decode(fresh_unit)
     expected = np.where(resample, fresh, np.asarray(donors))
     np.testing.assert_array_equal(explored[:, CAT], expected[:, CAT])
     changed = np.mean(explored[:, CAT] != np.asarray(donors)[:, CAT], axis=0)

@@ -64,8 +64,8 @@ def posterior_outputs(X, Xs, y, mask):
 @pytest.mark.parametrize("seed", range(4))
 def test_posterior_and_likelihood_match_reference(seed):
     X, Xs, y, mask = data(seed)
-    f32 = lambda a: jnp.asarray(a, jnp.float32)
-    C, variance, mean, var, lml, profile_lml = posterior_outputs(f32(X), f32(Xs), f32(y), jnp.asarray(mask))
+    f32 = lambda a: np.asarray(a, np.float32)  # NumPy straight into the program: no eager conversion to compile
+    C, variance, mean, var, lml, profile_lml = posterior_outputs(f32(X), f32(Xs), f32(y), mask)
     close(C, ref_se(X, X, ELL))
     # Reference: drop the masked rows, profile v = y^T A^-1 y / n.
     Xv, yv = X[mask], y[mask]
@@ -93,11 +93,11 @@ def fixed_variance_outputs(X, Xs, y, mask):
 
 def test_fixed_variance_and_masked_rows_are_inert():
     X, Xs, y, mask = data(7)
-    f32 = lambda a: jnp.asarray(a, jnp.float32)
-    predicted, K, lml = fixed_variance_outputs(f32(X), f32(Xs), f32(y), jnp.asarray(mask))
+    f32 = lambda a: np.asarray(a, np.float32)
+    predicted, K, lml = fixed_variance_outputs(f32(X), f32(Xs), f32(y), mask)
     # Garbage in the masked targets changes nothing.
     y2 = np.where(mask, y, 1e6)
-    predicted2, _, _ = fixed_variance_outputs(f32(X), f32(Xs), f32(y2), jnp.asarray(mask))
+    predicted2, _, _ = fixed_variance_outputs(f32(X), f32(Xs), f32(y2), mask)
     for a, b in zip(predicted, predicted2):
         close(a, np.asarray(b, np.float64))
     ref = np.where(mask[:, None] & mask[None, :], ref_se(X, X, ELL) + R * np.eye(len(y)), np.eye(len(y)))
@@ -111,7 +111,7 @@ def test_time_varying_kernel():
     rng = np.random.default_rng(3)
     t1, t2 = rng.uniform(size=9), rng.uniform(size=5)
     x1, x2 = rng.uniform(size=(9, 4)), rng.uniform(size=(5, 4))
-    got = jax.jit(gp.tv_se_kernel)(*(jnp.asarray(a, jnp.float32) for a in (t1, x1, t2, x2)), 0.7, 0.3)
+    got = jax.jit(gp.tv_se_kernel)(*(np.asarray(a, np.float32) for a in (t1, x1, t2, x2)), 0.7, 0.3)
     ref = ref_se(x1, x2, 0.7) * (1 - 0.3) ** (np.abs(t1[:, None] - t2[None, :]) / 2)
     close(got, ref)
 
@@ -137,20 +137,20 @@ def test_blocked_triangular_solves():
     L = np.tril(A, -1) * 0.5 + np.diag(1.0 + rng.uniform(size=n))
     B = rng.normal(size=(n, 6))
     lower, upper = jax.jit(lambda L, B: (gp.solve_lower(L, B), gp.solve_upper_t(L, B[:, 0])))(
-        jnp.asarray(L, jnp.float32), jnp.asarray(B, jnp.float32))
+        np.asarray(L, np.float32), np.asarray(B, np.float32))
     close(lower, sl.solve_triangular(L, B, lower=True))
     close(upper, sl.solve_triangular(L.T, B[:, 0], lower=False))
 
 
 def test_standardize_and_minmax():
     standardize = jax.jit(gp.standardize)
-    y = jnp.asarray([1.0, 2.0, 3.0, 1e6], jnp.float32)
-    mask = jnp.asarray([True, True, True, False])
+    y = np.asarray([1.0, 2.0, 3.0, 1e6], np.float32)
+    mask = np.asarray([True, True, True, False])
     z = np.asarray(standardize(y, mask))
     close(z, np.array([-1.2247449, 0.0, 1.2247449, 0.0]))
-    assert np.all(np.asarray(standardize(jnp.full(4, 5.0), mask)) == 0.0)
-    cols = jnp.asarray([[0.0, 5.0], [10.0, 5.0], [99.0, 5.0]], jnp.float32)
-    scaled = jax.jit(gp.minmax_scale)(cols, jnp.asarray([True, True, False]))
+    assert np.all(np.asarray(standardize(np.full(4, 5.0, np.float32), mask)) == 0.0)
+    cols = np.asarray([[0.0, 5.0], [10.0, 5.0], [99.0, 5.0]], np.float32)
+    scaled = jax.jit(gp.minmax_scale)(cols, np.asarray([True, True, False]))
     close(scaled, np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
 
 
@@ -203,8 +203,8 @@ def agent_problems(n=gp.BLOCK + 24, m=5, seed=0):
     mask = rng.uniform(size=(AGENTS, n)) < 0.8
     v = np.arange(1.0, n + 1.0) / n
     K = np.stack([C[0] + 0.1 * np.eye(n), np.outer(v, v), np.full((n, n), np.nan)])
-    f32 = lambda a: jax.device_put(jnp.asarray(a, jnp.float32), CPU)
-    return f32(C), f32(y), jax.device_put(jnp.asarray(mask), CPU), f32(Cs), f32(K)
+    f32 = lambda a: jax.device_put(np.asarray(a, np.float32), CPU)  # cast in NumPy: no eager conversion program
+    return f32(C), f32(y), jax.device_put(mask, CPU), f32(Cs), f32(K)
 
 
 def gp_outputs(C, y, mask, Cs, K):
@@ -282,7 +282,9 @@ def test_vmap_paths_give_the_loop_values_and_cpu_default_follows_the_jax_version
     out = {batched: compiled[batched](*args) for batched in compiled if runs_here(batched)}
     # Reference: one unvmapped call per agent.
     single = jax.jit(gp_outputs)
-    loop = [single(*(a[i] for a in args)) for i in range(AGENTS)]
+    host = [np.asarray(a) for a in args]  # sliced in NumPy: an eager a[i] compiles a program per shape
+    with jax.default_device(CPU):  # NumPy inputs placed as the sliced CPU arrays were
+        loop = [single(*(a[i] for a in host)) for i in range(AGENTS)]
     reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
     assert len(out) == (2 if gp.PROTECTED else 3)
     for batched in out:
@@ -334,7 +336,7 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
 
     keys = jax.device_put(jax.random.split(jax.random.key(5), AGENTS), CPU)
     states = jax.jit(jax.vmap(filled))(keys)
-    objectives = jax.device_put(jnp.asarray([0.5, -1.0, 2.0]), CPU)
+    objectives = jax.device_put(np.asarray([0.5, -1.0, 2.0], np.float32), CPU)
     ask_keys = jax.random.split(jax.random.key(6), AGENTS)
     traced = {}
     for batched in (None, True):
@@ -342,9 +344,13 @@ def test_vmapped_gp_tuner_decision_is_the_same_on_both_paths(name):
             traced[batched] = jax.jit(jax.vmap(decision)).trace(states, ask_keys, objectives)
     compiled = compile_each({batched: t.lower() for batched, t in traced.items()})
     out = {batched: compiled[batched](states, ask_keys, objectives) for batched in compiled if runs_here(batched)}
-    single = jax.jit(decision)
+    # one unvmapped call per agent, its inputs sliced in NumPy (an eager a[i] compiles a program
+    # per shape), the key rewrapped inside the program
+    single = jax.jit(lambda state, raw, objective: decision(state, jax.random.wrap_key_data(raw), objective))
+    host_states, raw_keys, host_objectives = jax.device_get((states, jax.random.key_data(ask_keys), objectives))
     at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)
-    loop = [single(at(states, i), ask_keys[i], objectives[i]) for i in range(AGENTS)]
+    with jax.default_device(CPU):  # NumPy inputs placed as the sliced CPU states were
+        loop = [single(at(host_states, i), raw_keys[i], host_objectives[i]) for i in range(AGENTS)]
     reference = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *loop)
     assert len(out) == (1 if gp.PROTECTED else 2)
     for batched in out:

@@ -394,7 +394,7 @@ def test_cartpole_fixed_learns():
 
 @pytest.mark.slow
 def test_vmapped_agents_equal_separate_runs(cartpole):
-    keys = jax.random.split(jax.random.PRNGKey(7), 4)
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(7), 4))  # NumPy: keys[i] compiles nothing
     learner = cartpole["learner"]
     vstate, vm = jax.jit(jax.vmap(lambda k: learner.iterate(learner.init(k), CP_SEG)))(keys)
     vparams, vm = jax.tree.map(np.asarray, (vstate.params, vm))  # NumPy: indexing compiles nothing

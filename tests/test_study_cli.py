@@ -137,7 +137,7 @@ def test_a_ctrl_c_dropped_where_python_ignores_exceptions_still_stops_the_run(wa
 
     class Dropping:  # Ctrl-C's handler runs in a finaliser: Python reports and drops what it raises
         def __del__(self):
-            cli._on_signal(signal.SIGINT, None)
+            interrupts.on_signal(signal.SIGINT, None)
 
     def update(self, *args, **kwargs):  # the first segment's progress: Ctrl-C arrives then
         if not getattr(update, "fired", False):

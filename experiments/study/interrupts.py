@@ -18,10 +18,35 @@ failed unit (exit 1).
 """
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import NoReturn
 
 _pending: list[BaseException] = []
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: stop like Ctrl-C (exit status 128 + the signal)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def on_signal(signum, frame) -> NoReturn:
+    """`hcjax`'s handler. SIGINT: KeyboardInterrupt; SIGTERM, SIGHUP: Terminated; recorded as
+    well as raised (`stop`), so that a stop raised where Python drops exceptions still stops."""
+    stop(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
+
+
+def describe(exc: BaseException) -> str:
+    """What a stop did, for the last line: "interrupted" or "terminated by signal N"."""
+    return f"terminated by signal {exc.signum}" if isinstance(exc, Terminated) else "interrupted"
+
+
+def exit_status(exc: BaseException) -> int:
+    """A stop's exit status: 130 for Ctrl-C (or any other non-Exception), 128 + N for signal N."""
+    return 128 + exc.signum if isinstance(exc, Terminated) else 130
 
 
 def stop(exc: BaseException) -> NoReturn:
