@@ -67,3 +67,14 @@ def test_the_costliest_first_order_names_existing_test_files_once():
     assert len(set(COSTLIEST_FIRST)) == len(COSTLIEST_FIRST)
     missing = [name for name in COSTLIEST_FIRST if not (ROOT / "tests" / name).is_file()]
     assert not missing, f"COSTLIEST_FIRST names files that do not exist: {missing}"
+
+
+def test_no_merge_conflict_markers_are_left():
+    """No text file of the project keeps a merge's conflict markers (a merge once committed
+    docs/development.md with both sides and the markers between them)."""
+    texts = [p for d in ("docs", "tests", *PACKAGES, "studies", "examples") for p in (ROOT / d).rglob("*")
+             if p.suffix in {".md", ".py", ".toml", ".json"} and p.is_file()]
+    texts += [ROOT / "README.md", ROOT / "pyproject.toml"]
+    marked = [f"{p.relative_to(ROOT)}:{i}" for p in texts for i, line in enumerate(p.read_text().splitlines(), 1)
+              if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "======="]
+    assert not marked, marked
