@@ -36,7 +36,8 @@ from tests.test_readme import DISTRIBUTED_STUDY, python_block
 # end-to-end on purpose: real processes joined by jax.distributed, killed and restarted
 pytestmark = pytest.mark.slow
 
-# on tests/tiny_env.py's walker (no gymnax import in the five interpreters): the point is the processes, not the environment (test_population_processes runs
+# on tests/tiny_env.py's walker (no gymnax import in the five interpreters): the point is the
+# processes, not the environment (test_population_processes runs
 # CartPole across processes)
 STUDY = tiny_study(["hypercontroller", "pbt"], seeds=4, iterations=8, eval_every=2, eval_steps=16, envs=(),
                        env_factories=(WALK,))
