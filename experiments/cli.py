@@ -462,16 +462,13 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     except UsageError as e:
         print(f"hcjax {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, interrupts.Terminated) as e:
-        print(f"hcjax {args.command}: {interrupts.describe(e)}", file=sys.stderr)
-        return interrupts.exit_status(e)
-    except Exception as e:  # noqa: BLE001 - our failure outside a study run
-        stop = interrupts.within(e)  # Ctrl-C that surfaced as another exception (experiments.study.interrupts)
-        if stop is not None:
-            print(f"hcjax {args.command}: {interrupts.describe(stop)}", file=sys.stderr)
-            return interrupts.exit_status(stop)
-        _report_failure(e, None)
-        return 1
+    except (KeyboardInterrupt, interrupts.Terminated, Exception) as e:  # noqa: BLE001 - our failure, or a stop
+        stop = interrupts.within(e)  # a stop itself, or one that surfaced as another exception
+        if stop is None:
+            _report_failure(e, None)
+            return 1
+        print(f"hcjax {args.command}: {interrupts.describe(stop)}", file=sys.stderr)
+        return interrupts.exit_status(stop)
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: a handler not set from Python, nothing to put back
