@@ -234,3 +234,30 @@ def test_lineage_copies_are_every_replaced_agent_before_the_last_iteration_step_
             for i in np.nonzero(u.lineage_parent[:, col] != np.arange(S))[0]]
     it, agent, donor = plots._copies(u)
     assert len(want) > 3 and list(zip(it.tolist(), agent.tolist(), donor.tolist())) == want
+
+
+def test_quartiles_equal_numpys_nanpercentile_bit_for_bit():
+    """views.quartiles / nan_percentile against np.nanpercentile (the slow reference: a Python
+    loop over columns) on random columns with NaN, all-NaN columns, one number, ties and
+    infinities, for the quartiles and other percentiles: equal numbers and signs (but a zero's,
+    where a column holds both 0.0 and -0.0)."""
+    from experiments.reporting import views
+    rng = np.random.default_rng(0)
+    for seeds in (1, 2, 3, 5, 8, 13):
+        x = rng.normal(size=(seeds, 400)) * 10.0 ** rng.integers(-3, 4, size=400)
+        x[rng.random(x.shape) < 0.3] = np.nan
+        x[:, :5] = np.nan  # columns of NaN
+        x[:, 5:10] = np.round(x[:, 5:10])  # ties
+        x[0, 10:13] = [np.inf, -np.inf, np.inf]
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+            want = np.nanpercentile(x, [25, 50, 75], axis=0)
+        got = np.stack(views.quartiles(x))
+        numbers = ~np.isnan(want) & (want != 0)  # a zero's sign follows numpy's partition order of 0.0 and -0.0
+        assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got[numbers]),
+                                                                            np.signbit(want[numbers]))
+        for p in (0, 10, 33.3, 90, 100):
+            with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+                want = np.nanpercentile(x, p, axis=0)
+            got = views.nan_percentile(x, p)
+            assert np.array_equal(got, want, equal_nan=True), (seeds, p)
+    assert views.quartiles(np.ones((2, 3, 4)))[1].shape == (3, 4)  # (S, ...) keeps its trailing shape

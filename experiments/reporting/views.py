@@ -2,8 +2,6 @@
 and method (methods in the table's order), quartiles over seeds, final rewards, tuning time."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from experiments.study import protocol
@@ -47,17 +45,36 @@ def env_names(units: list[UnitResult]) -> dict[str, str]:
 
 
 def quartiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x: (S, ...) -> 25th, 50th, 75th percentiles over seeds, ignoring NaN. The columns
-    without NaN in one vectorised `np.percentile` (the same numbers as `np.nanpercentile`,
-    which loops over columns in Python), the others through `np.nanpercentile`."""
+    """x: (S, ...) -> 25th, 50th, 75th percentiles over seeds, ignoring NaN (NaN where a
+    column has no number): `np.nanpercentile`'s numbers bit for bit (a zero's sign aside,
+    where a column holds both 0.0 and -0.0), without its Python loop
+    over the columns that hold a NaN (`nan_percentile`; 4.6 of a study's 18.6 CPU s of
+    replotting went to that loop)."""
     x = np.asarray(x, np.float64)
     nan = np.isnan(x).any(axis=0)
     q = np.percentile(x, [25, 50, 75], axis=0)
     if nan.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: NaN
-            q[:, nan] = np.nanpercentile(x[:, nan], [25, 50, 75], axis=0)
+        q[:, nan] = [nan_percentile(x[:, nan], p) for p in (25, 50, 75)]
     return q[0], q[1], q[2]
+
+
+def nan_percentile(x: np.ndarray, p: float) -> np.ndarray:
+    """x: (S, M) float64 -> (M,) the p-th percentile of each column's numbers (NaN ignored;
+    NaN for a column of NaN), computed as `np.nanpercentile(x, p, axis=0)` computes each
+    column (linear method): the sorted numbers at floor and floor + 1 of (n - 1) p / 100,
+    and numpy's interpolation between them (from the upper one when its weight is >= 0.5)."""
+    s = np.sort(x, axis=0)  # NaN sorts last: a column's n numbers come first
+    n = np.count_nonzero(~np.isnan(x), axis=0)
+    virtual = (n - 1) * (p / 100.0)
+    lower = np.clip(np.floor(virtual), 0, None).astype(np.intp)
+    upper = np.clip(lower + 1, None, np.maximum(n - 1, 0))
+    cols = np.arange(x.shape[1])
+    a, b = s[lower, cols], s[upper, cols]
+    t = virtual - lower
+    with np.errstate(invalid="ignore"):  # inf - inf, NaN columns: NaN, as numpy's
+        diff = b - a
+        out = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+    return np.where(n > 0, out, np.nan)
 
 
 def cumulative_minutes(unit: UnitResult) -> np.ndarray:
