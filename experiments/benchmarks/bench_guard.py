@@ -177,9 +177,12 @@ def reference_program(env_name: str, iterations: int):
 
 def hcjax_program(env_name: str, iterations: int, tuner: str = "fixed", **fields):
     """(init(key) -> state, run(state) -> (state, frames)): hcjax's PPO with `tuner` (fixed or
-    another: it asks on every 5th iteration; batch sizes above 1024 are cut to the fixed
+    another, compiled in with its state carried; batch sizes above 1024 are cut to the fixed
     rollout, so the work stays the reference's), as a study runs a segment of `iterations`
-    iterations. fields: other PPOConfig values (e.g. normalize_obs=False: a feature off)."""
+    iterations. Each call starts at iteration 0 and a tuner asks when (it + 1) % tune_every == 0
+    (tune_every 5), so the guard's calls (1-3 iterations) time no ask: the tuners' own cost is
+    bench_ppo's.
+    fields: other PPOConfig values (e.g. normalize_obs=False: a feature off)."""
     config = ppo.PPOConfig(**fields, num_envs=NUM_ENVS, batch_size=NUM_ENVS * STEPS, max_batch_size=NUM_ENVS * STEPS,
                            num_minibatches=MINIBATCHES, update_epochs=EPOCHS, hidden_sizes=HIDDEN,
                            learning_rate=LEARNING_RATE, max_grad_norm=MAX_GRAD_NORM, adam_eps=ADAM_EPS,
