@@ -237,7 +237,7 @@ def test_lineage_copies_are_every_replaced_agent_before_the_last_iteration_step_
 
 
 def test_quartiles_equal_numpys_nanpercentile_bit_for_bit():
-    """views.quartiles / nan_percentile against np.nanpercentile (the slow reference: a Python
+    """views.quartiles / nan_percentiles against np.nanpercentile (the slow reference: a Python
     loop over columns) on random columns with NaN, all-NaN columns, one number, ties and
     infinities, for the quartiles and other percentiles: equal numbers and signs (but a zero's,
     where a column holds both 0.0 and -0.0)."""
@@ -255,9 +255,8 @@ def test_quartiles_equal_numpys_nanpercentile_bit_for_bit():
         numbers = ~np.isnan(want) & (want != 0)  # a zero's sign follows numpy's partition order of 0.0 and -0.0
         assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got[numbers]),
                                                                             np.signbit(want[numbers]))
-        for p in (0, 10, 33.3, 90, 100):
-            with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
-                want = np.nanpercentile(x, p, axis=0)
-            got = views.nan_percentile(x, p)
-            assert np.array_equal(got, want, equal_nan=True), (seeds, p)
+        others = (0, 10, 33.3, 90, 100)
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+            want = np.nanpercentile(x, others, axis=0)
+        assert np.array_equal(views.nan_percentiles(x, others), want, equal_nan=True), seeds
     assert views.quartiles(np.ones((2, 3, 4)))[1].shape == (3, 4)  # (S, ...) keeps its trailing shape
