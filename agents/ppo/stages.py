@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from agents import networks as nets
+from agents import threefry
 from agents.wrappers import track_episodes
 from hcjax.tuner import valid_objective
 
@@ -35,7 +36,9 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
     action (T, E[, a]); logp, value, reward, ep_return (T, E); done, valid, ep_done (T, E).
     Each step splits its key into (next, act, env) keys (drawing them all before the steps
     saves about 1% of a small agent's CPU time but changes every seed's stream, so the committed
-    studies could not be resumed or reproduced: kept as it is, docs/benchmarks.md).
+    studies could not be resumed or reproduced: kept as it is, docs/benchmarks.md). The splits
+    and `act`'s draws hash through `agents.threefry` (JAX's bits; `act` gets a typed key); the
+    environment gets its keys (E,) in the form `key` came in (raw (E, 2) uint32 or typed).
     """
     E = num_envs
 
@@ -47,7 +50,7 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
         out = act(obs, k_act) if mask is None else act(obs, k_act, mask)
 
         def do(_):
-            s, o, r, d = env_step(jax.random.split(k_env, E), env_state, out["env_action"])
+            s, o, r, d = env_step(back(jax.random.split(k_env, E)), env_state, out["env_action"])
             return s, o, r.astype(jnp.float32), d.astype(bool)
 
         def skip(_):
@@ -61,6 +64,7 @@ def rollout(act: Callable, env_step: Callable, env_state, obs, running, key, n_s
         tr = {k: jnp.where(valid.reshape((1,) * v.ndim), v, jnp.zeros_like(v)) for k, v in tr.items()}
         return (env_state2, obs2, running, key), tr
 
+    key, back = threefry.fast(key)  # JAX's bits, hashed without its CPU loop (agents.threefry)
     (env_state, obs, running, _), traj = jax.lax.scan(step, (env_state, obs, running, key), jnp.arange(max_steps))
     return env_state, obs, running, traj
 
@@ -72,15 +76,18 @@ def episode_return(reset: Callable, step: Callable, policy: Callable, key, max_s
     policy(obs, key) -> action, or with `action_mask` (state -> (n,) bool legal actions)
     policy(obs, key, mask) -> a legal action. Rewards after the first `done` are not counted.
     Step t's keys (env, policy) come from fold_in(key, t) with the step counter t carried by
-    the scan (no xs): nothing of length max_steps is held, whatever max_steps."""
+    the scan (no xs): nothing of length max_steps is held, whatever max_steps. Those keys hash
+    through `agents.threefry` (JAX's bits; `policy` gets a typed key, `step` one in the form
+    `key` came in)."""
     k_reset, k_steps = jax.random.split(key)
     env_state, obs = reset(k_reset)
+    k_steps, back = threefry.fast(k_steps)
 
     def body(carry, _):
         env_state, obs, ret, alive, t = carry
         k_env, k_act = jax.random.split(jax.random.fold_in(k_steps, t))
         action = policy(obs, k_act) if action_mask is None else policy(obs, k_act, action_mask(env_state))
-        env_state, obs, r, d = step(k_env, env_state, action)
+        env_state, obs, r, d = step(back(k_env), env_state, action)
         return (env_state, obs, ret + jnp.where(alive, r, 0.0), alive & ~d, t + 1), None
 
     carry = (env_state, obs, jnp.zeros((), jnp.float32), jnp.asarray(True), jnp.zeros((), jnp.int32))
