@@ -244,6 +244,19 @@ def test_the_flat_optimizer_is_taken_for_small_networks_only(hidden, flat):
     assert sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adam.mu)) == count
 
 
+@pytest.mark.parametrize("layout, flat", [("flat", True), ("per_array", False)])
+def test_optimizer_layout_overrides_the_size_rule(layout, flat):
+    """PPOConfig.optimizer_layout: "flat" or "per_array" whatever the network's size."""
+    hidden = (8,) if layout == "per_array" else (256, 256)  # the size rule would choose the other
+    learner = ppo.make_learner(ppo.PPOConfig(hidden_sizes=hidden, num_envs=2, batch_size=8, num_minibatches=2,
+                                             optimizer_layout=layout),
+                               "Pendulum-v1", hcjax.make_tuner("fixed", hcjax.ppo_space()))
+    adam = jax.eval_shape(learner.init, jax.ShapeDtypeStruct((2,), jnp.uint32)).opt_state.inner_state[1][0]
+    assert len(jax.tree.leaves(adam.mu)) == (1 if flat else 4 * (len(hidden) + 1) + 1)
+    with pytest.raises(ValueError, match="optimizer_layout must be one of .*'per_array'.*got 'flattened'"):
+        ppo.PPOConfig(optimizer_layout="flattened")
+
+
 def test_categorical_log_prob_and_entropy():
     logits = jnp.array([[0.1, 2.0, -1.0]])
     p = np.exp(np.asarray(logits[0])) / np.exp(np.asarray(logits[0])).sum()

@@ -59,7 +59,7 @@ rejected step or undone update. Training goes on.
 Loss: clipped surrogate + vf_coef * 0.5 * (V - target)^2 (unclipped value loss,
 vf_coef 0.5; with vf_clip_eps set or tuned ARLBench's clipped one) - ent_coef * entropy;
 Adam (eps 1e-5) after global-norm clipping 1.0. PPOConfig.minibatch_size (a size, static)
-may replace num_minibatches.
+may replace num_minibatches; PPOConfig.optimizer_layout chooses where Adam keeps its moments.
 Termination and time-limit truncation are both treated as terminal (no bootstrap).
 
 Modules: config (PPOConfig, TUNABLE, check_space), adam (the guarded clipped-Adam step),
@@ -67,7 +67,16 @@ stages (the pure stages: rollout,
 gae, update_epochs, ppo_loss, iteration_objective, episode_return), learner
 (LearnerState, Learner, make_learner, make_train, eval_key).
 """
-from agents.ppo.config import METRIC_KEYS, OBJECTIVES, OPTIMIZER_HPARAMS, REAL_FIELDS, TUNABLE, PPOConfig, check_space
+from agents.ppo.config import (
+                               METRIC_KEYS,
+                               OBJECTIVES,
+                               OPTIMIZER_HPARAMS,
+                               OPTIMIZER_LAYOUTS,
+                               REAL_FIELDS,
+                               TUNABLE,
+                               PPOConfig,
+                               check_space,
+)
 from agents.ppo.learner import INHERITED, Learner, LearnerState, eval_key, make_learner, make_train
 from agents.ppo.stages import (
                                all_finite,
@@ -81,7 +90,7 @@ from agents.ppo.stages import (
                                update_epochs,
 )
 
-__all__ = ["INHERITED", "METRIC_KEYS", "OBJECTIVES", "OPTIMIZER_HPARAMS", "REAL_FIELDS", "TUNABLE", "Learner",
-           "LearnerState", "PPOConfig", "all_finite", "check_space", "epoch_order", "eval_key", "episode_return", "gae",
-           "iteration_objective", "make_learner", "make_train", "minibatch_rows", "ppo_loss", "rollout",
-           "update_epochs"]
+__all__ = ["INHERITED", "METRIC_KEYS", "OBJECTIVES", "OPTIMIZER_HPARAMS", "OPTIMIZER_LAYOUTS", "REAL_FIELDS",
+           "TUNABLE", "Learner", "LearnerState", "PPOConfig", "all_finite", "check_space", "epoch_order", "eval_key",
+           "episode_return", "gae", "iteration_objective", "make_learner", "make_train", "minibatch_rows", "ppo_loss",
+           "rollout", "update_epochs"]

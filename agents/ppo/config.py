@@ -10,6 +10,7 @@ from agents import networks as nets
 
 OBJECTIVES = ("reward_change", "reward", "return_change")
 EVAL_POLICIES = ("greedy", "sampled")  # PPOConfig.eval_policy: the mean action / argmax, or a draw from the policy
+OPTIMIZER_LAYOUTS = ("auto", "flat", "per_array")  # PPOConfig.optimizer_layout
 METRIC_KEYS = ("train_reward", "objective", "hparams", "frames", "rejected", "episode_return")
 
 # Allowed range (low, high or None, low excluded?) of every real-valued PPOConfig field.
@@ -74,6 +75,14 @@ class PPOConfig:
     are of equal size (n_valid // M, `stages.minibatch_rows`), where ARLBench's last one holds the
     remainder. It is static, not tunable: a traced size would make one program pay for the
     largest number of the largest minibatches.
+
+    optimizer_layout: where Adam keeps its moments. "flat": one vector of every parameter
+    (`optax.flatten`); "per_array": one per weight array; "auto" (default): flat for networks of
+    at most `learner.FLAT_MAX_PARAMS` parameters, per array above. The same arithmetic, not the
+    same bits (the gradient norm sums in another order), and the state's shapes differ, so a
+    checkpoint resumes only under the layout that wrote it. Speed on this project's 2-core CPU
+    (docs/benchmarks.md, bench_peers' 2x64 CartPole agents): flat is faster for one agent,
+    per array for many vmapped agents (+18% at 16, +12% at 256); flat compiles faster.
     """
 
     num_iterations: int = 1000
@@ -104,6 +113,7 @@ class PPOConfig:
     vf_clip_eps: float | None = None
     normalize_advantage: bool = True
     minibatch_size: int | None = None
+    optimizer_layout: str = "auto"
 
     def __post_init__(self):
         for f in REAL_FIELDS:
@@ -126,6 +136,9 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.activation must be one of {sorted(nets.ACTIVATIONS)}, got {self.activation!r}")
         if self.eval_policy not in EVAL_POLICIES:
             raise ValueError(f"PPOConfig.eval_policy must be one of {EVAL_POLICIES}, got {self.eval_policy!r}")
+        if self.optimizer_layout not in OPTIMIZER_LAYOUTS:
+            raise ValueError(f"PPOConfig.optimizer_layout must be one of {OPTIMIZER_LAYOUTS}, "
+                             f"got {self.optimizer_layout!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"PPOConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
         for f in ("normalize_obs", "normalize_advantage"):

@@ -1,6 +1,6 @@
 """hcjax's PPO beside rejax's (a published JAX RL library), in one process, at equal settings.
 
-    python -m experiments.benchmarks.bench_peers [--quick] [--out FILE]
+    python -m experiments.benchmarks.bench_peers [--quick] [--optimizer-layout L] [--out FILE]
     hcjax bench --only bench_peers
 
 rejax (github.com/keraJLi/rejax, `pip install -e ".[peers]"`, pinned at REJAX_VERSION) trains
@@ -24,7 +24,8 @@ What is not equal, by the libraries' design: rejax clips each gradient element
 the critic with two Adam optimisers (two gradients) where hcjax takes one gradient of the
 summed loss; rejax 0.1.3 unpacks gymnax's step as five values (gymnax < 1.0), and gymnax 1.0.1,
 which hcjax needs, returns six, so rejax gets the same gymnax environment behind `FiveValues`
-(done = terminated or truncated, what hcjax's PPO also uses). Writes JSON (default
+(done = terminated or truncated, what hcjax's PPO also uses). --optimizer-layout sets hcjax's
+`PPOConfig.optimizer_layout` (default "auto", what a user gets). Writes JSON (default
 bench_out/peers.json) atomically.
 """
 from __future__ import annotations
@@ -67,7 +68,7 @@ SWEEP = (("learning_rate", 1e-4, 3e-3, "log"), ("clip_eps", 0.1, 0.3, "linear"),
          ("gae_lambda", 0.9, 0.99, "linear"))
 
 
-def settings(env_name: str) -> tuple[ppo.PPOConfig, dict]:
+def settings(env_name: str, optimizer_layout: str = "auto") -> tuple[ppo.PPOConfig, dict]:
     """(hcjax's PPOConfig, rejax's PPO.create keyword arguments but `env`) for `env_name`."""
     c = COMMON
     frames = c["num_envs"] * c["num_steps"]
@@ -76,7 +77,8 @@ def settings(env_name: str) -> tuple[ppo.PPOConfig, dict]:
                            learning_rate=c["learning_rate"], gamma=c["gamma"], gae_lambda=c["gae_lambda"],
                            clip_eps=c["clip_eps"], vf_clip_eps=c["clip_eps"], ent_coef=c["ent_coef"],
                            vf_coef=c["vf_coef"], max_grad_norm=c["max_grad_norm"], adam_eps=ADAM_EPS,
-                           hidden_sizes=HIDDEN, activation=ACTIVATION, normalize_obs=c["normalize_observations"])
+                           hidden_sizes=HIDDEN, activation=ACTIVATION, normalize_obs=c["normalize_observations"],
+                           optimizer_layout=optimizer_layout)
     rejax = dict(COMMON, agent_kwargs={"activation": ACTIVATION, "hidden_layer_sizes": HIDDEN},
                  total_timesteps=frames, eval_freq=frames, skip_initial_evaluation=True)
     return config, rejax
@@ -149,9 +151,9 @@ def hcjax_space(config: ppo.PPOConfig) -> hcjax.Space:
     return hcjax.Space([hcjax.Hyperparameter("learning_rate", 1e-5, 1e-2, scale="log", default=config.learning_rate)])
 
 
-def hcjax_program(env_name: str, iterations: int):
+def hcjax_program(env_name: str, iterations: int, optimizer_layout: str = "auto"):
     """(init(key) -> state, run(state) -> state): hcjax's PPO with `fixed`, `iterations` iterations."""
-    config, _ = settings(env_name)
+    config, _ = settings(env_name, optimizer_layout)
     learner = ppo.make_learner(config, env_name, hcjax.make_tuner("fixed", hcjax_space(config)))
     return learner.init, lambda s: learner.iterate(s, iterations, 0)[0]
 
@@ -165,7 +167,7 @@ def sweep_values(configs: int) -> tuple[hcjax.Space, np.ndarray]:
     return full, np.concatenate([values, values[:, [1]]], axis=1).astype(np.float32)
 
 
-def sweep_programs(env_name: str, configs: int, seeds: int, iterations: int) -> dict:
+def sweep_programs(env_name: str, configs: int, seeds: int, iterations: int, optimizer_layout: str = "auto") -> dict:
     """{"rejax": (keys, run), "hcjax": (keys, run)}: configs x seeds agents trained from their
     keys, init included, each library's own way: rejax creates its PPO vmapped over the
     configurations' values and vmaps init and training over (configurations, seeds), as its
@@ -183,7 +185,7 @@ def sweep_programs(env_name: str, configs: int, seeds: int, iterations: int) -> 
         return jax.vmap(lambda v, ks: jax.vmap(lambda k: one(v, k))(ks))(
             jnp.asarray(values[:, :len(names)]), keys.reshape(configs, seeds, 2))
 
-    config, _ = settings(env_name)
+    config, _ = settings(env_name, optimizer_layout)
     tuner = schedule(space, values[:, None, :])
     learner = ppo.make_learner(config, env_name, tuner)
     rows = jnp.repeat(jnp.arange(configs, dtype=jnp.int32), seeds)
@@ -231,27 +233,31 @@ def row(kind: str, env_name: str, agents: int, frames: int, seconds: dict) -> di
             "ratio_min": min(ratios), "ratio_max": max(ratios), "rounds": len(ratios)}
 
 
-def measure(env_name: str, agents: int, iterations: int, rounds: int) -> dict:
+def measure(env_name: str, agents: int, iterations: int, rounds: int, optimizer_layout: str = "auto") -> dict:
     """One row: `agents` vmapped agents (seeds) of each library."""
     print(f"{env_name} agents={agents}", flush=True)
     programs = {}
-    for name, make in (("rejax", rejax_program), ("hcjax", hcjax_program)):
-        init, run = make(env_name, iterations)
+    for name, (init, run) in (("rejax", rejax_program(env_name, iterations)),
+                              ("hcjax", hcjax_program(env_name, iterations, optimizer_layout))):
         programs[name] = (jax.jit(jax.vmap(init))(jax.random.split(jax.random.PRNGKey(0), agents)), jax.vmap(run))
     frames = agents * iterations * COMMON["num_envs"] * COMMON["num_steps"]
     return row("seeds", env_name, agents, frames, interleaved(programs, rounds))
 
 
-def measure_sweep(env_name: str, configs: int, seeds: int, iterations: int, rounds: int) -> dict:
+def measure_sweep(env_name: str, configs: int, seeds: int, iterations: int, rounds: int,
+                  optimizer_layout: str = "auto") -> dict:
     print(f"{env_name} sweep {configs} x {seeds}", flush=True)
     frames = configs * seeds * iterations * COMMON["num_envs"] * COMMON["num_steps"]
     return row(f"sweep {configs}x{seeds}", env_name, configs * seeds, frames,
-               interleaved(sweep_programs(env_name, configs, seeds, iterations), rounds, carry=False))
+               interleaved(sweep_programs(env_name, configs, seeds, iterations, optimizer_layout), rounds,
+                           carry=False))
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CartPole-v1, 1 and 16 agents, a 4 x 4 sweep, 3 rounds")
+    parser.add_argument("--optimizer-layout", default="auto", choices=ppo.OPTIMIZER_LAYOUTS,
+                        help="hcjax's PPOConfig.optimizer_layout (default auto: what a user gets)")
     parser.add_argument("--out", default="bench_out/peers.json")
     args = parser.parse_args(argv)
     _rejax()
@@ -261,14 +267,16 @@ def main(argv=None) -> dict:
         [(e, n, it) for e in ENVS for n, it in ((1, 20), (16, 4), (256, 1))]
     sweeps = [("CartPole-v1", 4, 4, 4)] if args.quick else [("CartPole-v1", 4, 4, 4), ("CartPole-v1", 16, 16, 1)]
     rounds = 3 if args.quick else 5
-    rows = [measure(e, n, it, rounds) for e, n, it in cases]
-    rows += [measure_sweep(e, c, s, it, rounds) for e, c, s, it in sweeps]
+    layout = args.optimizer_layout
+    rows = [measure(e, n, it, rounds, layout) for e, n, it in cases]
+    rows += [measure_sweep(e, c, s, it, rounds, layout) for e, c, s, it in sweeps]
     load.append(os.getloadavg()[0])
     print_table(rows, ["kind", "env", "agents", "frames", "rejax_fps", "hcjax_fps", "hcjax_over_rejax", "ratio_min",
                        "ratio_max"])
     print(f"load {load[0]:.1f} -> {load[1]:.1f}")
     report = {"benchmark": "peers", "device": deps.devices(), "quick": args.quick, "rows": rows,
-              "settings": dict(COMMON, hidden=HIDDEN, activation=ACTIVATION, adam_eps=ADAM_EPS),
+              "settings": dict(COMMON, hidden=HIDDEN, activation=ACTIVATION, adam_eps=ADAM_EPS,
+                               optimizer_layout=layout),
               "versions": {p: importlib.metadata.version(p) for p in PACKAGES},
               "load": load, "wall_s": time.perf_counter() - t0}
     write_json_atomic(args.out, report)
