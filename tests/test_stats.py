@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+import hcjax.stats as core_stats
 from experiments.reporting import stats as ST
 
 NAN = np.nan
@@ -70,6 +71,23 @@ def test_resample_counts_are_the_draws_of_resample():
     # another seed, environment or method: other draws (strata are resampled independently)
     for other in ((4, "env", "m"), (3, "env2", "m"), (3, "env", "m2")):
         assert not np.array_equal(draws, ST.resample(x, 7, *other))
+
+
+def test_resample_counts_are_kept_read_only_within_their_memory_budget(monkeypatch):
+    fresh = ST.resample_counts(5, 11, 8, "kept", "m").copy()
+    first = ST.resample_counts(5, 11, 8, "kept", "m")
+    assert ST.resample_counts(5, 11, 8, "kept", "m") is first  # kept: the same array again
+    np.testing.assert_array_equal(first, fresh)
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0] = 1.0  # a caller cannot change what the next one gets
+    monkeypatch.setattr(core_stats, "COUNTS_CACHE_BYTES", 3 * first.nbytes)  # room for three of these
+    for seed in range(100, 104):
+        ST.resample_counts(5, 11, seed, "kept", "m")
+    assert sum(c.nbytes for c in core_stats._counts_cache.values()) <= 3 * first.nbytes
+    assert (5, 11, 8, "kept", "m") not in core_stats._counts_cache  # the least recently used went first
+    again = ST.resample_counts(5, 11, 8, "kept", "m")  # computed again: the same draws
+    assert again is not first
+    np.testing.assert_array_equal(again, fresh)
 
 
 def test_aggregate_point_values_by_hand():
