@@ -463,6 +463,29 @@ def test_a_consistent_checkpoint_still_resumes(tmp_path):
     assert Checkpoint(store, "A", "fixed", "k", print).load(LIKE)[1].done == 0
 
 
+def test_removing_a_checkpoint_clears_the_temp_files_of_a_write_killed_midway(tmp_path):
+    """SIGKILL inside `atomic_write_bytes` leaves its temp file beside the checkpoint (a rare
+    kill point of test_study_cli's kill-and-resume test, which then found the checkpoint
+    directory still there): the unit's end removes it with the checkpoint; another unit's
+    checkpoint and its temp files stay."""
+    store = R.StudyDir(tmp_path)
+    path = store.save_checkpoint("A", "fixed", checkpoint_arrays(record()))
+    other = store.save_checkpoint("B", "fixed", checkpoint_arrays(record()))
+    stale = path.parent / f".{path.name}.k1ll3d.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    others_stale = path.parent / f".{other.name}.x.tmp"
+    others_stale.write_bytes(b"")
+    store.remove_checkpoint("A", "fixed")
+    assert not path.exists() and not stale.exists() and other.exists() and others_stale.exists()
+    store.remove_checkpoint("B", "fixed")
+    assert not path.parent.exists()
+    unit = store.unit_path("A", "fixed")  # a unit's write killed midway: cleared by the next one
+    unit.parent.mkdir(parents=True)
+    (unit.parent / f".{unit.name}.k1ll3d.tmp").write_bytes(b"half a unit")
+    store.save_unit(synthetic_unit("A", "fixed", 2, np.random.default_rng(0)))
+    assert unit.exists() and not list(unit.parent.glob(".*.tmp"))
+
+
 def test_a_checkpoint_over_its_size_bound_is_quarantined_before_decompressing(tmp_path, monkeypatch):
     store = R.StudyDir(tmp_path)
     path = store.save_checkpoint("A", "fixed", checkpoint_arrays(record(iterations=20_000)))

@@ -184,6 +184,13 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def _clear_killed_writes(path: Path) -> None:
+    """Delete the temp files that writes of `path` killed midway left beside it
+    (`atomic_write_bytes`' .<name>.*.tmp): the study's lock makes this run their only writer."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 class StudyDir:
     """One study directory (see the module docstring for its layout)."""
 
@@ -405,9 +412,11 @@ class StudyDir:
             return None
 
     def remove_checkpoint(self, env: str, method: str) -> None:
-        """Delete a unit's checkpoint, and the checkpoint directory once it is empty."""
+        """Delete a unit's checkpoint, the temp files of its writes that a killed run left
+        (`_clear_killed_writes`), and the checkpoint directory once it is empty."""
         path = self.checkpoint_path(env, method)
         path.unlink(missing_ok=True)
+        _clear_killed_writes(path)
         with contextlib.suppress(OSError):  # another unit's checkpoint is still there
             path.parent.rmdir()
 
@@ -415,6 +424,7 @@ class StudyDir:
         """Write one unit atomically; returns its path."""
         path = self.unit_path(result.meta["env"], result.meta["method"])
         atomic_write_bytes(path, unit_bytes(result), root=self.path)
+        _clear_killed_writes(path)
         return path
 
     def units(self, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
