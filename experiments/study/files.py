@@ -123,6 +123,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.Path
         raise
 
 
+def clear_killed_writes(path: str | os.PathLike) -> None:
+    """Delete the temp files that `atomic_write_bytes` calls for `path` killed midway left
+    beside it (.<name>.*.tmp); call it only as the file's one writer (a study's lock holder)."""
+    path = Path(path)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def naming(path: str | os.PathLike):
     """An OSError without a file name raised in the block (a write or an fsync on a full

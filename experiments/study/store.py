@@ -3,9 +3,8 @@
 Layout of a study directory (`StudyDir` owns every path; the engine and `hcjax plot`
 ask it, neither spells a path):
 
-    manifest.json                 the study's configuration (the resolved study), its
-                                  study key, package versions, hcjax's git commit (`provenance`), devices,
-                                  start time; previous runs' headers under `runs`
+    manifest.json                 the resolved study, its study key, package versions, hcjax's git commit
+                                  (`provenance`), devices, start time; previous runs' headers under `runs`
     units/<env>__<method>.npz     one finished unit, see `UnitResult`
     units/corrupt/                unreadable units and checkpoints moved aside (recomputed on
                                   resume), each under a name of its own (`StudyDir.quarantine`)
@@ -16,21 +15,20 @@ ask it, neither spells a path):
     figures/, tables/, report.md  written by `hcjax plot`
 
 Every write goes to a temporary file in the same directory, is fsynced and then
-`os.replace`d onto its name, so a file is either absent or complete; files get the
-user's umask (0644 typically). Nothing is written through a link planted in the
-directory (`check_layout` before any work, and `experiments.study.files` for every
-write). Units and checkpoints are validated when read (`experiments.study.validate`).
-One writer per directory: `StudyDir.lock()` holds an
-exclusive lock (filelock) for the whole run, and a second run on the same directory
-fails at once naming the process that holds it.
+`os.replace`d onto its name, so a file is either absent or complete (a killed write's
+temp file is deleted with the next write or removal of its file); files get the user's umask
+(0644 typically). Nothing is written through a link planted in the directory (`check_layout`
+before any work, and `experiments.study.files` for every write). Units and checkpoints are
+validated when read (`experiments.study.validate`). One writer per directory:
+`StudyDir.lock()` holds an exclusive lock (filelock) for the whole run, and a second run on the
+same directory fails at once naming the process that holds it.
 
-Configuration checks. A unit's configuration (everything that changes its numbers) is
-hashed into its `config_key`; the part every unit of a study shares (seeds,
-iterations, PPO settings, search space, ... - everything but the environment, the
-method and the method's options) into the `study_key`. A directory holds one study
-key: a run with another one is refused before any work, and `hcjax plot` refuses
-units of different study keys. Adding environments or methods with the same study key
-to a directory is allowed (the manifest lists the union).
+Configuration checks. A unit's configuration (everything that changes its numbers) is hashed into
+its `config_key`; the part every unit of a study shares (seeds, iterations, PPO settings, search
+space, ... - everything but the environment, the method and the method's options) into the
+`study_key`. A directory holds one study key: a run with another one is refused before any work, and
+`hcjax plot` refuses units of different study keys. Adding environments or methods with the same
+study key to a directory is allowed (the manifest lists the union).
 """
 from __future__ import annotations
 
@@ -57,6 +55,7 @@ from experiments.study.files import (  # noqa: F401 - atomic_write_* are part of
     atomic_write_bytes,
     atomic_write_text,
     check_writable_dir,
+    clear_killed_writes,
     file_chars,
     linked,
     make_dir,
@@ -182,13 +181,6 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif json.dumps(va, sort_keys=True, default=jsonable) != json.dumps(vb, sort_keys=True, default=jsonable):
             out.append(f"{name}: {va!r} -> {vb!r}")
     return out
-
-
-def _clear_killed_writes(path: Path) -> None:
-    """Delete the temp files that writes of `path` killed midway left beside it
-    (`atomic_write_bytes`' .<name>.*.tmp): the study's lock makes this run their only writer."""
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        stale.unlink(missing_ok=True)
 
 
 class StudyDir:
@@ -412,11 +404,10 @@ class StudyDir:
             return None
 
     def remove_checkpoint(self, env: str, method: str) -> None:
-        """Delete a unit's checkpoint, the temp files of its writes that a killed run left
-        (`_clear_killed_writes`), and the checkpoint directory once it is empty."""
+        """Delete a unit's checkpoint, its killed writes' temp files and the emptied checkpoint directory."""
         path = self.checkpoint_path(env, method)
         path.unlink(missing_ok=True)
-        _clear_killed_writes(path)
+        clear_killed_writes(path)
         with contextlib.suppress(OSError):  # another unit's checkpoint is still there
             path.parent.rmdir()
 
@@ -424,7 +415,7 @@ class StudyDir:
         """Write one unit atomically; returns its path."""
         path = self.unit_path(result.meta["env"], result.meta["method"])
         atomic_write_bytes(path, unit_bytes(result), root=self.path)
-        _clear_killed_writes(path)
+        clear_killed_writes(path)
         return path
 
     def units(self, warn: Callable[[str], None] | None = None) -> list[UnitResult]:
