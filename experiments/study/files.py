@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import stat
 import tempfile
@@ -103,13 +104,20 @@ def move_no_replace(source: str | os.PathLike, target: str | os.PathLike) -> Non
     os.unlink(source)
 
 
+_TEMP_SUFFIX = ".tmp"  # atomic_write_bytes' temp files: .<name>.<random>.tmp beside <name>
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.PathLike | None = None) -> None:
     """Write `data` to `path` atomically (an exclusively created temp file in the same
     directory, fsync, os.replace), with the mode a plain `open` would give (0666 minus the
     umask). root: the study directory `path` lies in; no directory between them may be a link."""
     path = Path(path)
     make_dir(path.parent, root)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
         with naming(path), os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -125,9 +133,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, root: str | os.Path
 
 def clear_killed_writes(path: str | os.PathLike) -> None:
     """Delete the temp files that `atomic_write_bytes` calls for `path` killed midway left
-    beside it (.<name>.*.tmp); call it only as the file's one writer (a study's lock holder)."""
+    beside it; call it only as the file's one writer (a study's lock holder)."""
     path = Path(path)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+    for stale in path.parent.glob(f"{glob.escape(_temp_prefix(path))}*{_TEMP_SUFFIX}"):
         stale.unlink(missing_ok=True)
 
 
