@@ -13,6 +13,12 @@ the old ones (on the CPU: +55% per minibatch update of a 3x256 actor and critic,
 finiteness checks of the results, +15% without them). Here the moments are selected first and
 the parameter update reads the selected moments, so each weight array is read and written once,
 in place, and `ok` is a scalar known before the step (the loss and the gradient norm finite).
+
+With the flat layout the gradient is flattened (the norm and the moments are one vector) but
+the parameters are not: each weight array adds its slice of the flat update. Flattening the
+parameters too and splitting the result cost a concatenated copy of every parameter per step
+(bench_peers' 2x64 CartPole agents, one process, interleaved: the whole training program 1.20x
+faster at 16 vmapped agents and 1.10x at 256 without it, the same bits).
 """
 from __future__ import annotations
 
@@ -60,7 +66,6 @@ def step(opt_state, params, grads, ok, flat: bool):
     lr, max_norm, eps = hp["learning_rate"], hp["max_grad_norm"], hp["adam_eps"]
     clip_state, (adam, scale_state) = opt_state.inner_state
     g = _flatten(grads) if flat else grads
-    p = _flatten(params) if flat else params
     norm = global_norm(g)
     ok = ok & jnp.isfinite(norm)
     keep = (norm < max_norm) | (norm == 0.0)
@@ -71,12 +76,14 @@ def step(opt_state, params, grads, ok, flat: bool):
     c = count.astype(jnp.float32)
     bc1, bc2 = 1 - B1 ** c, 1 - B2 ** c  # 0 before the first accepted step: its update is never taken
 
-    def move(x, m, v):
-        update = -lr * ((m / bc1) / (jnp.sqrt(v / bc2) + eps))
-        return jnp.where(ok, (x + update).astype(x.dtype), x)
+    def change(m, v):
+        return -lr * ((m / bc1) / (jnp.sqrt(v / bc2) + eps))
 
-    p = jax.tree.map(move, p, mu, nu)
+    updates = jax.tree.map(change, mu, nu)
+    if flat:
+        updates = _unflatten(params, updates)
+    p = jax.tree.map(lambda x, u: jnp.where(ok, (x + u).astype(x.dtype), x), params, updates)
     inner = (clip_state, (adam._replace(count=count, mu=mu, nu=nu), scale_state))
     opt_state = opt_state._replace(count=jnp.where(ok, _increment(opt_state.count), opt_state.count),
                                    inner_state=inner)
-    return (_unflatten(params, p) if flat else p), opt_state, ok
+    return p, opt_state, ok
