@@ -81,8 +81,8 @@ class PPOConfig:
     at most `learner.FLAT_MAX_PARAMS` parameters, per array above. The same arithmetic, not the
     same bits (the gradient norm sums in another order), and the state's shapes differ, so a
     checkpoint resumes only under the layout that wrote it. Speed on this project's 2-core CPU
-    (docs/benchmarks.md, bench_peers' 2x64 CartPole agents): flat is faster for one agent,
-    per array for many vmapped agents (+18% at 16, +12% at 256); flat compiles faster.
+    (docs/benchmarks.md, bench_peers' 2x64 agents): per array is 6-10% slower for one
+    agent and between 3% slower and 4% faster for 16 or 256 vmapped agents; flat compiles faster.
     """
 
     num_iterations: int = 1000
