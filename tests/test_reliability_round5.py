@@ -280,12 +280,12 @@ def test_tuner_step_with_key_and_state_swapped_is_a_type_error_naming_state(meth
     """Issue 50: AttributeError: 'ArrayImpl' object has no attribute 'history', from deep inside."""
     tuner = hcjax.make_tuner(method, hcjax.ppo_space((8, 16)))
     key = jax.random.PRNGKey(0)
-    state = tuner.init(key)
+    state = jax.jit(tuner.init)(key)  # one program, not the op-by-op init's hundred
     with pytest.raises(TypeError, match=rf"{method}.step\(state, key, objective, decide\): state must be this "
                                         r"tuner's state .* got an array of shape \(2,\): were the state and the key "
                                         r"swapped\?"):
         tuner.step(key, state, 1.0, True)
-    tuner.step(state, key, 1.0, True)  # the right order still works
+    jax.eval_shape(lambda s, k: tuner.step(s, k, 1.0, True), state, key)  # the right order still traces
 
 
 # ---- 13. the sweep's replay -----------------------------------------------------------------------
