@@ -227,6 +227,20 @@ def test_the_learners_guarded_step_is_the_optimizer_and_rejects_whole_steps(flat
     assert int(out[-1][1].count) == 4 and int(out[-1][1].inner_state[1][0].count) == 4
 
 
+def test_the_flat_step_concatenates_the_gradient_only():
+    """The flat layout's step flattens the gradient (the norm and the moments are one vector)
+    and updates each weight array from its slice of the flat update: one concatenation in its
+    program, where flattening the parameters as well (a second one, and a split back) cost the
+    whole training program a sixth of its speed at 16 vmapped agents (docs/benchmarks.md)."""
+    params = {"w": jnp.zeros((3, 5)), "b": jnp.zeros(5), "v": jnp.zeros((5, 1))}
+    opt = optax.inject_hyperparams(make_optimizer, static_args=("flat",))(
+        learning_rate=3e-3, max_grad_norm=1.0, adam_eps=1e-5, flat=True)
+    jaxpr = jax.make_jaxpr(lambda s, p, g: adam.step(s, p, g, True, True))(opt.init(params), params, params)
+    ops = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert ops.count("concatenate") == 1 and ops.count("split") == 1  # the gradient in, the update out
+    assert [x.shape for x in jaxpr.out_avals[:3]] == [(5,), (5, 1), (3, 5)]  # the parameters keep their arrays
+
+
 @pytest.mark.parametrize("hidden, flat", [((8,), True), ((64, 64), True), ((256, 256), False)])
 def test_the_flat_optimizer_is_taken_for_small_networks_only(hidden, flat):
     """make_learner's optimiser is flat for networks of at most FLAT_MAX_PARAMS parameters
