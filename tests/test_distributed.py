@@ -163,8 +163,8 @@ def test_killing_one_process_mid_population_unit_then_restarting_both_resumes(ru
     tmp, logs, after_kill = runs
     status, seconds, out = after_kill["survivor"]
     assert status == 1 and seconds < SURVIVOR_SECONDS, out  # by itself, not SIGABRT (-6) after the heartbeat timeout
-    # whichever notices first: a collective failing on the dead peer's connection, or the watchdog's
-    # silence (process 0 outside any collective, compiling or saving, for LOST_SECONDS: seen under load)
+    # whichever notices first: a collective failing on the dead peer's connection, or the watchdog
+    # after LOST_SECONDS of its silence (process 0 not in a collective with it meanwhile: seen under load)
     assert any(f"hcjax run: process 0 of 2 stops: {why}" in out
                for why in ("it lost another process", "process 1 of 2 has not answered for")), out
     assert "Run the same command on every process again to resume" in out and "stack trace" not in out, out
