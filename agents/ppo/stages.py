@@ -136,9 +136,17 @@ def select(pred, a, b):
 
 
 def epoch_order(key, valid) -> jax.Array:
-    """(N,) int permutation of the samples: the valid ones (valid (N,) bool) first in a
-    uniformly random order (argsort of uniform draws; masked samples get 2.0)."""
-    return jnp.argsort(jnp.where(valid, jax.random.uniform(key, valid.shape), 2.0))
+    """(N,) int32 permutation of the samples: the valid ones (valid (N,) bool) first in a
+    uniformly random order; ties in index order. The stable argsort of
+    `where(valid, jax.random.uniform(key, (N,)), 2.0)`, computed by sorting integers: a
+    uniform float32 is `1.m - 1` for the 23 bits m = bits >> 9 of the same draw, so its order
+    is m's, and 2**23 sorts after every m. The same permutation, bit for bit
+    (tests/test_ppo_stages.py), without the float comparator's extra work in every comparison
+    (on the CPU, Pendulum-v1 at 16 vmapped agents: the update's epochs about 5% faster)."""
+    m = jax.random.bits(key, valid.shape, jnp.uint32) >> 9
+    sort_keys = jnp.where(valid, m, jnp.uint32(1 << 23))
+    index = jnp.arange(valid.shape[0], dtype=jnp.int32)
+    return jax.lax.sort((sort_keys, index), num_keys=1, is_stable=True)[1]
 
 
 def minibatch_rows(order, m, n_valid, num_minibatches: int, length: int):
